@@ -1,0 +1,174 @@
+//! The crate's error type. Every variant names what failed (reference, registry, digest, path)
+//! and maps to an [`ErrorKind`] so the daemon can pick a gRPC status in one place.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::digest::Digest;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The class of a failure, one to one with the gRPC codes the daemon returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    Unauthenticated,
+    PermissionDenied,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid image reference {reference:?}: {reason}")]
+    InvalidReference { reference: String, reason: String },
+
+    #[error("registry host config {}: {reason}", path.display())]
+    HostsConfig { path: PathBuf, reason: String },
+
+    #[error("registry {registry}: authentication required (no credentials given)")]
+    AuthenticationRequired { registry: String },
+
+    #[error("registry {registry}: credentials rejected")]
+    CredentialsRejected { registry: String },
+
+    #[error("registry {registry}: access to {what} denied")]
+    PermissionDenied { registry: String, what: String },
+
+    #[error("registry {registry} unavailable: {reason}")]
+    Unavailable { registry: String, reason: String },
+
+    #[error("{what} not found in registry {registry}")]
+    NotFoundInRegistry { registry: String, what: String },
+
+    #[error("registry {registry}: {what}: unexpected HTTP status {status}: {body}")]
+    RegistryStatus {
+        registry: String,
+        what: String,
+        status: u16,
+        body: String,
+    },
+
+    #[error("registry {registry}: {what}: {reason}")]
+    Protocol {
+        registry: String,
+        what: String,
+        reason: String,
+    },
+
+    #[error("download of {digest} from {registry} stalled: no data for {secs} s")]
+    Stalled {
+        registry: String,
+        digest: Digest,
+        secs: u64,
+    },
+
+    #[error("blob {expected} failed verification: {reason}")]
+    Verification { expected: Digest, reason: String },
+
+    #[error("no manifest for platform {platform} in {reference} (has: {available})")]
+    NoMatchingPlatform {
+        reference: String,
+        platform: String,
+        available: String,
+    },
+
+    #[error("unsupported media type {media_type:?} for {what}")]
+    UnsupportedMediaType { media_type: String, what: String },
+
+    #[error("layer {digest} is non-distributable ({media_type}) and must be fetched from {urls:?}, which crius does not do")]
+    NonDistributable {
+        digest: Digest,
+        media_type: String,
+        urls: Vec<String>,
+    },
+
+    #[error("invalid {what} {digest}: {source}")]
+    BadJson {
+        what: String,
+        digest: Digest,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("unpack layer {digest}: entry {entry:?} refused: {reason}")]
+    UnsafeEntry {
+        digest: Digest,
+        entry: String,
+        reason: String,
+    },
+
+    #[error("unpack layer {digest}: {reason}")]
+    Unpack { digest: Digest, reason: String },
+
+    #[error("image {0:?} not found")]
+    ImageNotFound(String),
+
+    #[error("image {image} is incomplete: {reason}")]
+    Incomplete { image: String, reason: String },
+
+    #[error("{context} {}", path.display())]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{0}")]
+    Internal(String),
+
+    /// A failure of work shared by several concurrent callers (two pulls of one image).
+    #[error(transparent)]
+    Shared(Arc<Error>),
+}
+
+impl Error {
+    /// The class of this failure, for mapping to a gRPC status.
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind as K;
+        match self {
+            Error::InvalidReference { .. } => K::InvalidArgument,
+            Error::HostsConfig { .. } => K::FailedPrecondition,
+            Error::AuthenticationRequired { .. } | Error::CredentialsRejected { .. } => {
+                K::Unauthenticated
+            }
+            Error::PermissionDenied { .. } => K::PermissionDenied,
+            Error::Unavailable { .. } => K::Unavailable,
+            Error::NotFoundInRegistry { .. } | Error::ImageNotFound(_) => K::NotFound,
+            Error::RegistryStatus { status, .. } => match status {
+                429 | 500..=599 => K::Unavailable,
+                400 => K::InvalidArgument,
+                _ => K::Internal,
+            },
+            Error::Stalled { .. } => K::DeadlineExceeded,
+            Error::NoMatchingPlatform { .. }
+            | Error::UnsupportedMediaType { .. }
+            | Error::NonDistributable { .. } => K::FailedPrecondition,
+            Error::Protocol { .. }
+            | Error::Verification { .. }
+            | Error::BadJson { .. }
+            | Error::UnsafeEntry { .. }
+            | Error::Unpack { .. }
+            | Error::Incomplete { .. }
+            | Error::Io { .. }
+            | Error::Internal(_) => K::Internal,
+            Error::Shared(inner) => inner.kind(),
+        }
+    }
+
+    pub(crate) fn io(
+        context: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io {
+            context,
+            path,
+            source,
+        }
+    }
+}

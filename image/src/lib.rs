@@ -10,3 +10,7 @@ pub mod reference;
 pub use digest::Digest;
 pub use error::{Error, ErrorKind, Result};
 pub use reference::Reference;
+pub mod content;
+pub mod manifest;
+pub mod registry;
+pub mod unpack;

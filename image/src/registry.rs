@@ -1,0 +1,746 @@
+//! A small registry client on hyper: per-host TLS settings from `hosts.toml`, the Basic and
+//! Bearer challenge flows (with username/password, `auth`, identity or registry tokens), and
+//! redirects. One [`Session`] serves one pull: it tries the hosts in order and caches tokens.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION, USER_AGENT, WWW_AUTHENTICATE};
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+
+use crate::error::{Error, Result};
+use crate::hosts::RegistryHost;
+
+const MAX_REDIRECTS: usize = 5;
+const USER_AGENT_VALUE: &str = concat!("crius/", env!("CARGO_PKG_VERSION"));
+
+/// Credentials for one pull, as CRI's `AuthConfig` carries them. All fields optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Auth {
+    pub username: String,
+    pub password: String,
+    /// base64 of `username:password`.
+    pub auth: String,
+    /// When set, the credentials are only sent to this registry host.
+    pub server_address: String,
+    /// An OAuth2 refresh token, exchanged at the token realm.
+    pub identity_token: String,
+    /// A bearer token sent to the registry as is.
+    pub registry_token: String,
+}
+
+impl Auth {
+    pub fn is_empty(&self) -> bool {
+        self.basic().is_none() && self.identity_token.is_empty() && self.registry_token.is_empty()
+    }
+
+    /// Username and password, from the fields or from `auth`.
+    fn basic(&self) -> Option<(String, String)> {
+        if !self.username.is_empty() {
+            return Some((self.username.clone(), self.password.clone()));
+        }
+        if self.auth.is_empty() {
+            return None;
+        }
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(self.auth.trim())
+            .ok()?;
+        let text = String::from_utf8(raw).ok()?;
+        let (u, p) = text.split_once(':')?;
+        Some((u.to_string(), p.to_string()))
+    }
+
+    /// These credentials, or none if they are meant for another registry.
+    fn for_registry(&self, domain: &str) -> Auth {
+        let server = self
+            .server_address
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches('/');
+        let server = server.split('/').next().unwrap_or(server);
+        let matches = server.is_empty()
+            || server == domain
+            || (domain == "docker.io"
+                && matches!(server, "index.docker.io" | "registry-1.docker.io"));
+        if matches {
+            self.clone()
+        } else {
+            Auth::default()
+        }
+    }
+}
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct TlsKey {
+    skip_verify: bool,
+    ca: Vec<PathBuf>,
+}
+
+/// HTTP clients shared by all pulls, one per distinct TLS setting, each with its own
+/// connection pool.
+#[derive(Default)]
+pub(crate) struct Clients {
+    map: Mutex<HashMap<TlsKey, HttpClient>>,
+    native_roots: OnceLock<Vec<CertificateDer<'static>>>,
+}
+
+impl Clients {
+    fn client_for(&self, host: &RegistryHost) -> Result<HttpClient> {
+        let key = TlsKey {
+            skip_verify: host.skip_verify,
+            ca: host.ca.clone(),
+        };
+        let mut map = self
+            .map
+            .lock()
+            .map_err(|_| Error::Internal("registry client cache lock poisoned".into()))?;
+        if let Some(c) = map.get(&key) {
+            return Ok(c.clone());
+        }
+        let client = self.build(&key, &host.authority)?;
+        map.insert(key, client.clone());
+        Ok(client)
+    }
+
+    fn build(&self, key: &TlsKey, registry: &str) -> Result<HttpClient> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Internal(format!("tls setup: {e}")))?;
+        let config = if key.skip_verify {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+                .with_no_client_auth()
+        } else {
+            let mut roots = rustls::RootCertStore::empty();
+            let native = self.native_roots.get_or_init(|| {
+                let found = rustls_native_certs::load_native_certs();
+                for e in &found.errors {
+                    tracing::warn!("loading system CA certificates: {e}");
+                }
+                found.certs
+            });
+            roots.add_parsable_certificates(native.iter().cloned());
+            for path in &key.ca {
+                let certs = CertificateDer::pem_file_iter(path)
+                    .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
+                    .map_err(|e| Error::HostsConfig {
+                        path: path.clone(),
+                        reason: format!("CA certificate for {registry}: {e}"),
+                    })?;
+                for cert in certs {
+                    roots.add(cert).map_err(|e| Error::HostsConfig {
+                        path: path.clone(),
+                        reason: format!("CA certificate for {registry}: {e}"),
+                    })?;
+                }
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        };
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(Duration::from_secs(30)));
+        http.set_nodelay(true);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        Ok(Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(https))
+    }
+}
+
+/// Accepts any server certificate: `skip_verify = true` in hosts.toml.
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &rustls_pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls_pki_types::UnixTime,
+    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The registry side of one pull: the hosts to try, the repository and the credentials.
+pub(crate) struct Session {
+    clients: Arc<Clients>,
+    pub(crate) hosts: Vec<RegistryHost>,
+    domain: String,
+    repo: String,
+    auth: Auth,
+    /// Authorization header per host authority, once a challenge was answered.
+    authorization: Mutex<HashMap<String, String>>,
+    /// How long to wait for response headers or for the next chunk of a body.
+    pub(crate) timeout: Duration,
+}
+
+impl Session {
+    pub(crate) fn new(
+        clients: Arc<Clients>,
+        hosts: Vec<RegistryHost>,
+        domain: &str,
+        repo: &str,
+        auth: &Auth,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            clients,
+            hosts,
+            domain: domain.to_string(),
+            repo: repo.to_string(),
+            auth: auth.for_registry(domain),
+            authorization: Mutex::new(HashMap::new()),
+            timeout,
+        }
+    }
+
+    /// GET `<host>/<repo>/<object>` (object = `manifests/<ref>` or `blobs/<digest>`), answering
+    /// an auth challenge once and following redirects. Errors name the host and `what`.
+    pub(crate) async fn get(
+        &self,
+        host: &RegistryHost,
+        object: &str,
+        accept: &str,
+        what: &str,
+    ) -> Result<Response<Incoming>> {
+        let client = self.clients.client_for(host)?;
+        let mut url = format!("{}/{}/{}", host.base_url(), self.repo, object);
+        if !host.is_origin {
+            url.push_str(&format!("?ns={}", query_escape(&self.domain)));
+        }
+        let registry = host.authority.clone();
+        let mut same_host = true;
+        let mut answered_challenge = false;
+        let mut redirects = 0;
+        loop {
+            let mut req = Request::builder()
+                .method(Method::GET)
+                .uri(&url)
+                .header(USER_AGENT, USER_AGENT_VALUE);
+            if !accept.is_empty() {
+                req = req.header(ACCEPT, accept);
+            }
+            if same_host {
+                for (k, v) in &host.headers {
+                    req = req.header(k.as_str(), v.as_str());
+                }
+                if let Some(value) = self.authorization_for(&registry) {
+                    req = req.header(AUTHORIZATION, value);
+                }
+            }
+            let req = req
+                .body(Full::new(Bytes::new()))
+                .map_err(|e| Error::Protocol {
+                    registry: registry.clone(),
+                    what: what.to_string(),
+                    reason: format!("bad request URL {url:?}: {e}"),
+                })?;
+            let resp = self.send(&client, req, &registry).await?;
+            let status = resp.status();
+            if status.is_success() {
+                return Ok(resp);
+            }
+            if status.is_redirection() {
+                redirects += 1;
+                let location = resp
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .filter(|_| redirects <= MAX_REDIRECTS)
+                    .ok_or_else(|| Error::Protocol {
+                        registry: registry.clone(),
+                        what: what.to_string(),
+                        reason: format!("redirect ({status}) without usable location"),
+                    })?;
+                let next = resolve_location(&url, location);
+                same_host = same_host && authority_of(&next) == authority_of(&url);
+                url = next;
+                continue;
+            }
+            if status == StatusCode::UNAUTHORIZED && same_host && !answered_challenge {
+                answered_challenge = true;
+                let challenges: Vec<String> = resp
+                    .headers()
+                    .get_all(WWW_AUTHENTICATE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok().map(str::to_string))
+                    .collect();
+                let value = self
+                    .answer_challenge(&client, &registry, &challenges)
+                    .await?;
+                self.set_authorization(&registry, value);
+                continue;
+            }
+            return Err(self.status_error(&registry, what, resp).await);
+        }
+    }
+
+    async fn send(
+        &self,
+        client: &HttpClient,
+        req: Request<Full<Bytes>>,
+        registry: &str,
+    ) -> Result<Response<Incoming>> {
+        match tokio::time::timeout(self.timeout, client.request(req)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => Err(Error::Unavailable {
+                registry: registry.to_string(),
+                reason: error_chain(&e),
+            }),
+            Err(_) => Err(Error::Unavailable {
+                registry: registry.to_string(),
+                reason: format!("no response within {} s", self.timeout.as_secs()),
+            }),
+        }
+    }
+
+    async fn status_error(&self, registry: &str, what: &str, resp: Response<Incoming>) -> Error {
+        let status = resp.status();
+        let registry = registry.to_string();
+        let what = what.to_string();
+        match status {
+            StatusCode::UNAUTHORIZED if self.auth.is_empty() => {
+                Error::AuthenticationRequired { registry }
+            }
+            StatusCode::UNAUTHORIZED => Error::CredentialsRejected { registry },
+            StatusCode::FORBIDDEN => Error::PermissionDenied { registry, what },
+            StatusCode::NOT_FOUND => Error::NotFoundInRegistry { registry, what },
+            _ => {
+                let body = read_limited(resp, 1024, self.timeout)
+                    .await
+                    .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+                    .unwrap_or_default();
+                Error::RegistryStatus {
+                    registry,
+                    what,
+                    status: status.as_u16(),
+                    body,
+                }
+            }
+        }
+    }
+
+    fn authorization_for(&self, registry: &str) -> Option<String> {
+        let cached = self
+            .authorization
+            .lock()
+            .ok()
+            .and_then(|m| m.get(registry).cloned());
+        cached.or_else(|| {
+            (!self.auth.registry_token.is_empty())
+                .then(|| format!("Bearer {}", self.auth.registry_token))
+        })
+    }
+
+    fn set_authorization(&self, registry: &str, value: String) {
+        if let Ok(mut m) = self.authorization.lock() {
+            m.insert(registry.to_string(), value);
+        }
+    }
+
+    /// The Authorization header value that answers the challenges of a 401.
+    async fn answer_challenge(
+        &self,
+        client: &HttpClient,
+        registry: &str,
+        challenges: &[String],
+    ) -> Result<String> {
+        let parsed: Vec<Challenge> = challenges
+            .iter()
+            .filter_map(|c| parse_challenge(c))
+            .collect();
+        let required = || Error::AuthenticationRequired {
+            registry: registry.to_string(),
+        };
+        if let Some(bearer) = parsed
+            .iter()
+            .find(|c| c.scheme.eq_ignore_ascii_case("bearer"))
+        {
+            let realm = bearer.param("realm").ok_or_else(|| Error::Protocol {
+                registry: registry.to_string(),
+                what: "auth challenge".into(),
+                reason: "bearer challenge without realm".into(),
+            })?;
+            let default_scope = format!("repository:{}:pull", self.repo);
+            let scope = bearer.param("scope").unwrap_or(&default_scope);
+            let service = bearer.param("service").unwrap_or("");
+            let token = self
+                .fetch_token(client, registry, realm, service, scope)
+                .await?;
+            return Ok(format!("Bearer {token}"));
+        }
+        if parsed
+            .iter()
+            .any(|c| c.scheme.eq_ignore_ascii_case("basic"))
+        {
+            let (user, pass) = self.auth.basic().ok_or_else(required)?;
+            let encoded =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+            return Ok(format!("Basic {encoded}"));
+        }
+        Err(required())
+    }
+
+    async fn fetch_token(
+        &self,
+        client: &HttpClient,
+        registry: &str,
+        realm: &str,
+        service: &str,
+        scope: &str,
+    ) -> Result<String> {
+        let realm_host = authority_of(realm).unwrap_or(realm).to_string();
+        let req = if !self.auth.identity_token.is_empty() {
+            let form = format!(
+                "grant_type=refresh_token&refresh_token={}&service={}&scope={}&client_id=crius",
+                query_escape(&self.auth.identity_token),
+                query_escape(service),
+                query_escape(scope)
+            );
+            Request::builder()
+                .method(Method::POST)
+                .uri(realm)
+                .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .header(USER_AGENT, USER_AGENT_VALUE)
+                .body(Full::new(Bytes::from(form)))
+        } else {
+            let sep = if realm.contains('?') { '&' } else { '?' };
+            let mut url = format!("{realm}{sep}scope={}", query_escape(scope));
+            if !service.is_empty() {
+                url.push_str(&format!("&service={}", query_escape(service)));
+            }
+            let mut req = Request::builder()
+                .method(Method::GET)
+                .uri(url)
+                .header(USER_AGENT, USER_AGENT_VALUE);
+            if let Some((user, pass)) = self.auth.basic() {
+                let encoded =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+                req = req.header(AUTHORIZATION, format!("Basic {encoded}"));
+            }
+            req.body(Full::new(Bytes::new()))
+        }
+        .map_err(|e| Error::Protocol {
+            registry: registry.to_string(),
+            what: "auth token".into(),
+            reason: format!("bad token realm {realm:?}: {e}"),
+        })?;
+
+        let resp = self.send(client, req, &realm_host).await?;
+        let status = resp.status();
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(if self.auth.is_empty() {
+                Error::AuthenticationRequired {
+                    registry: registry.to_string(),
+                }
+            } else {
+                Error::CredentialsRejected {
+                    registry: registry.to_string(),
+                }
+            });
+        }
+        if !status.is_success() {
+            return Err(self.status_error(&realm_host, "auth token", resp).await);
+        }
+        let body = read_limited(resp, 1 << 20, self.timeout).await?;
+        #[derive(serde::Deserialize)]
+        struct TokenResponse {
+            #[serde(default)]
+            token: String,
+            #[serde(default)]
+            access_token: String,
+        }
+        let parsed: TokenResponse = serde_json::from_slice(&body).map_err(|e| Error::Protocol {
+            registry: realm_host.clone(),
+            what: "auth token".into(),
+            reason: format!("invalid token response: {e}"),
+        })?;
+        let token = if parsed.token.is_empty() {
+            parsed.access_token
+        } else {
+            parsed.token
+        };
+        if token.is_empty() {
+            return Err(Error::Protocol {
+                registry: realm_host,
+                what: "auth token".into(),
+                reason: "token response has no token".into(),
+            });
+        }
+        Ok(token)
+    }
+}
+
+/// Reads a whole (small) body, refusing more than `limit` bytes.
+pub(crate) async fn read_limited(
+    resp: Response<Incoming>,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes> {
+    let mut body = resp.into_body();
+    let mut out = Vec::new();
+    loop {
+        let frame = match tokio::time::timeout(timeout, body.frame()).await {
+            Err(_) => {
+                return Err(Error::Internal(format!(
+                    "response body stalled for {} s",
+                    timeout.as_secs()
+                )))
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(Error::Internal(format!("reading response: {e}"))),
+            Ok(Some(Ok(f))) => f,
+        };
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > limit {
+                return Err(Error::Internal(format!(
+                    "response larger than {limit} bytes"
+                )));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
+/// The error and its sources, joined: hyper's top-level message alone says little.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = s.source();
+    }
+    out
+}
+
+fn authority_of(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    Some(rest.split(['/', '?']).next().unwrap_or(rest))
+}
+
+fn resolve_location(base: &str, location: &str) -> String {
+    if location.contains("://") {
+        return location.to_string();
+    }
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    if location.starts_with('/') {
+        format!("{}{}", &base[..host_end], location)
+    } else {
+        let dir_end = base
+            .rfind('/')
+            .filter(|&i| i >= host_end)
+            .unwrap_or(host_end);
+        format!("{}/{}", &base[..dir_end], location)
+    }
+}
+
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+struct Challenge {
+    scheme: String,
+    params: Vec<(String, String)>,
+}
+
+impl Challenge {
+    fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses `Scheme k="v", k2=v2` (RFC 7235, one challenge per header value).
+fn parse_challenge(header: &str) -> Option<Challenge> {
+    let header = header.trim();
+    let (scheme, mut rest) = match header.split_once(' ') {
+        Some((s, r)) => (s, r.trim_start()),
+        None => (header, ""),
+    };
+    if scheme.is_empty() {
+        return None;
+    }
+    let mut params = Vec::new();
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once('=')?;
+        let key = key.trim().trim_start_matches(',').trim().to_string();
+        let after = after.trim_start();
+        let (value, remaining) = if let Some(q) = after.strip_prefix('"') {
+            let mut value = String::new();
+            let mut chars = q.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some((_, n)) = chars.next() {
+                            value.push(n);
+                        }
+                    }
+                    '"' => {
+                        end = Some(i + 1);
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            (value, &q[end?..])
+        } else {
+            let end = after.find(',').unwrap_or(after.len());
+            (after[..end].trim().to_string(), &after[end..])
+        };
+        params.push((key, value));
+        rest = remaining.trim_start().trim_start_matches(',').trim_start();
+    }
+    Some(Challenge {
+        scheme: scheme.to_string(),
+        params,
+    })
+}
+
+/// The URI a request went to, for messages.
+#[allow(dead_code)]
+pub(crate) fn uri_text(uri: &Uri) -> String {
+    uri.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn challenge_parsing() {
+        let c = parse_challenge(
+            r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/busybox:pull""#,
+        )
+        .unwrap();
+        assert_eq!(c.scheme, "Bearer");
+        assert_eq!(c.param("realm"), Some("https://auth.docker.io/token"));
+        assert_eq!(c.param("service"), Some("registry.docker.io"));
+        assert_eq!(c.param("scope"), Some("repository:library/busybox:pull"));
+        let c = parse_challenge(r#"Basic realm="basic-realm""#).unwrap();
+        assert_eq!(c.scheme, "Basic");
+        assert_eq!(c.param("REALM"), Some("basic-realm"));
+        let c = parse_challenge(r#"Bearer realm=x, error="invalid \"token\"""#).unwrap();
+        assert_eq!(c.param("realm"), Some("x"));
+        assert_eq!(c.param("error"), Some("invalid \"token\""));
+        assert!(parse_challenge(r#"Bearer realm="unterminated"#).is_none());
+    }
+
+    #[test]
+    fn auth_sources() {
+        let a = Auth {
+            auth: base64::engine::general_purpose::STANDARD.encode("u:p:x"),
+            ..Default::default()
+        };
+        assert_eq!(a.basic(), Some(("u".into(), "p:x".into())));
+        let a = Auth {
+            username: "me".into(),
+            password: "pw".into(),
+            auth: "ignored".into(),
+            ..Default::default()
+        };
+        assert_eq!(a.basic(), Some(("me".into(), "pw".into())));
+        assert!(Auth::default().is_empty());
+        assert!(Auth {
+            auth: "!!notbase64".into(),
+            ..Default::default()
+        }
+        .is_empty());
+        let scoped = Auth {
+            username: "u".into(),
+            server_address: "https://index.docker.io/v1/".into(),
+            ..Default::default()
+        };
+        assert!(!scoped.for_registry("docker.io").is_empty());
+        assert!(scoped.for_registry("quay.io").is_empty());
+    }
+
+    #[test]
+    fn locations_and_escaping() {
+        let base = "http://a:5000/v2/x/blobs/sha256:1";
+        assert_eq!(resolve_location(base, "/other"), "http://a:5000/other");
+        assert_eq!(resolve_location(base, "https://s3/x?y"), "https://s3/x?y");
+        assert_eq!(
+            resolve_location(base, "rel"),
+            "http://a:5000/v2/x/blobs/rel"
+        );
+        assert_eq!(authority_of(base), Some("a:5000"));
+        assert_eq!(
+            query_escape("repository:a/b:pull"),
+            "repository%3Aa%2Fb%3Apull"
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! A real crius daemon on a temporary root, state dir and socket.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use crius_api::v1::image_service_client::ImageServiceClient;
+use crius_api::v1::runtime_service_client::RuntimeServiceClient;
+use hyper_util::rt::TokioIo;
+use nix::sys::signal::Signal;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::process::{
+    kill_and_reap, log_marker, log_tail, signal, spawn_logged, terminate, wait_bounded,
+};
+use crate::{binary, Error, Result, TestDir};
+
+/// How long crius gets to create its socket (a debug build opens its database first).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`Crius::stop`] and drop wait after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// A running crius, started by [`Crius::start`], with gRPC clients connected over its socket.
+///
+/// Layout of its temp dir (`/tmp/crius-daemon-XXXXXX`): `config.toml`, `root/`, `state/`,
+/// `crius.sock`, `crius.log` (stdout and stderr of every run, `----- crius-tests: ... -----`
+/// lines between runs). The log is printed when the fixture is dropped during a panic.
+///
+/// Drop sends SIGTERM, then SIGKILL after 10 s, reaps crius, lazily unmounts whatever is still
+/// mounted under the temp dir and removes it.
+#[derive(Debug)]
+pub struct Crius {
+    bin: PathBuf,
+    child: Option<Child>,
+    runtime: RuntimeServiceClient<Channel>,
+    image: ImageServiceClient<Channel>,
+    // Dropped last, after `Drop::drop` has stopped the process.
+    dir: TestDir,
+}
+
+impl Crius {
+    /// Starts crius with `config_toml` as its config file (`""` for the built-in defaults) and
+    /// waits until its socket accepts connections.
+    ///
+    /// Command line: `crius --config DIR/config.toml --root DIR/root --state DIR/state --listen
+    /// unix://DIR/crius.sock --log-level debug`; the binary comes from [`crate::binary`].
+    pub async fn start(config_toml: &str) -> Result<Crius> {
+        let bin = binary("crius")?;
+        let dir = TestDir::new("daemon")?;
+        let config = dir.join("config.toml");
+        std::fs::write(&config, config_toml)
+            .map_err(|source| Error::io("write crius config", &config, source))?;
+        for sub in ["root", "state"] {
+            let path = dir.join(sub);
+            std::fs::create_dir(&path)
+                .map_err(|source| Error::io("create crius dir", &path, source))?;
+        }
+        let (child, channel) = launch(&bin, &dir).await?;
+        Ok(Crius {
+            bin,
+            child: Some(child),
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            image: ImageServiceClient::new(channel),
+            dir,
+        })
+    }
+
+    /// A `RuntimeService` client (cheap to clone; all clones share one connection).
+    pub fn runtime(&self) -> RuntimeServiceClient<Channel> {
+        self.runtime.clone()
+    }
+
+    /// An `ImageService` client on the same connection.
+    pub fn image(&self) -> ImageServiceClient<Channel> {
+        self.image.clone()
+    }
+
+    /// PID of the running daemon, `None` after [`Crius::stop`] or [`Crius::kill9`].
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The temp dir holding everything below.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `--root`
+    pub fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    /// `--state`
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// The socket path (without `unix://`).
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("crius.sock")
+    }
+
+    /// `--config`
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("config.toml")
+    }
+
+    /// The log file (stdout and stderr of every run).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("crius.log")
+    }
+
+    /// The log so far (its tail, if long).
+    pub fn log(&self) -> String {
+        log_tail(&self.log_path())
+    }
+
+    /// Kills crius with SIGKILL, as a crash would, and reaps it. Everything it started (shims,
+    /// containers) keeps running; the clients fail until [`Crius::restart`].
+    pub fn kill9(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child, "crius")?;
+            log_marker(&self.log_path(), "killed with SIGKILL");
+        }
+        Ok(())
+    }
+
+    /// Sends SIGTERM and waits (up to 10 s) for crius to exit; returns its exit status, or an
+    /// error if it did not exit in time (it is then killed).
+    pub fn stop(&mut self) -> Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            return Err(Error::io(
+                "stop crius",
+                self.dir(),
+                std::io::Error::other("crius is not running"),
+            ));
+        };
+        signal(&mut child, "crius", Signal::SIGTERM)?;
+        let status = wait_bounded(&mut child, "crius", STOP_GRACE)?;
+        log_marker(&self.log_path(), "stopped with SIGTERM");
+        match status {
+            Some(status) => Ok(status),
+            None => {
+                kill_and_reap(&mut child, "crius")?;
+                Err(Error::io(
+                    "stop crius",
+                    self.dir(),
+                    std::io::Error::other(format!(
+                        "still running {STOP_GRACE:?} after SIGTERM; killed"
+                    )),
+                ))
+            }
+        }
+    }
+
+    /// Starts crius again on the same dirs, config and socket (stopping it with SIGTERM first if
+    /// it is running) and reconnects the clients; get fresh ones from [`Crius::runtime`].
+    pub async fn restart(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            self.stop()?;
+        }
+        log_marker(&self.log_path(), "restart");
+        let (child, channel) = launch(&self.bin, &self.dir).await?;
+        self.child = Some(child);
+        self.runtime = RuntimeServiceClient::new(channel.clone());
+        self.image = ImageServiceClient::new(channel);
+        Ok(())
+    }
+}
+
+impl Drop for Crius {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Err(err) = terminate(&mut child, "crius", STOP_GRACE) {
+                eprintln!("crius-tests: stop crius: {err}");
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "--- crius log ({}) ---\n{}",
+                self.log_path().display(),
+                self.log()
+            );
+        }
+    }
+}
+
+/// Spawns crius on `dir` and connects to its socket.
+async fn launch(bin: &Path, dir: &TestDir) -> Result<(Child, Channel)> {
+    let socket = dir.join("crius.sock");
+    let log = dir.join("crius.log");
+    let mut command = Command::new(bin);
+    command
+        .arg("--config")
+        .arg(dir.join("config.toml"))
+        .arg("--root")
+        .arg(dir.join("root"))
+        .arg("--state")
+        .arg(dir.join("state"))
+        .arg("--listen")
+        .arg(format!("unix://{}", socket.display()))
+        .args(["--log-level", "debug"])
+        .env("RUST_BACKTRACE", "1");
+    let mut child = spawn_logged(command, "crius", &log)?;
+
+    match wait_for_socket(&mut child, &socket).await {
+        Ok(channel) => Ok((child, channel)),
+        Err(reason) => {
+            let _ = kill_and_reap(&mut child, "crius");
+            Err(Error::Start {
+                name: "crius",
+                reason,
+                log: log_tail(&log),
+            })
+        }
+    }
+}
+
+/// Polls until the socket accepts a connection, then opens the gRPC channel on it.
+async fn wait_for_socket(child: &mut Child, socket: &Path) -> std::result::Result<Channel, String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited with {status}"));
+        }
+        if UnixStream::connect(socket).await.is_ok() {
+            return connect(socket)
+                .await
+                .map_err(|err| format!("{err}: {:?}", std::error::Error::source(&err)));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} did not accept connections within {START_TIMEOUT:?}",
+                socket.display()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A tonic channel over a unix socket (the URI is a placeholder; the connector ignores it).
+pub async fn connect(socket: &Path) -> Result<Channel> {
+    let path = socket.to_path_buf();
+    let endpoint = Endpoint::from_static("http://crius.sock");
+    endpoint
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { UnixStream::connect(path).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|source| Error::Connect {
+            socket: socket.to_path_buf(),
+            source,
+        })
+}

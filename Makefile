@@ -1,0 +1,41 @@
+# crius: two commands on a fresh Debian 12 machine, as root.
+#   make run   installs what crius needs, builds release, starts crius in the foreground
+#   make test  installs what the tests need, builds, runs every test
+
+CARGO ?= cargo
+# Debian packages crius or its tests use at run time.
+#  libseccomp-dev, pkg-config: seccomp filters through libcontainer
+#  containernetworking-plugins: CNI plugins (/usr/lib/cni) for pod networks
+#  iptables, iproute2: used by the bridge and portmap plugins and by the tests
+#  docker-registry, busybox-static, apache2-utils: the local registry, test images, htpasswd
+RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables iproute2
+TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils
+
+.PHONY: run test build build-release deps-run deps-test check-rust lint
+
+run: deps-run build-release
+	./target/release/crius
+
+test: deps-test build lint
+	$(CARGO) test --workspace --no-fail-fast
+
+build: check-rust
+	$(CARGO) build --workspace --all-targets
+
+build-release: check-rust
+	$(CARGO) build --release --workspace --bins
+
+lint: check-rust
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+deps-run:
+	@./.ci/install-deps $(RUN_PACKAGES)
+
+deps-test:
+	@./.ci/install-deps $(TEST_PACKAGES)
+
+check-rust:
+	@command -v $(CARGO) >/dev/null 2>&1 || { \
+	  echo "crius needs a Rust toolchain (stable, 1.90 or newer): install rustup, then 'rustup default stable'" >&2; \
+	  exit 1; }

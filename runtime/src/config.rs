@@ -1,0 +1,415 @@
+//! The daemon configuration: one TOML file, every key optional, defaults built in.
+//!
+//! `DEFAULT_CONFIG` is the text `crius config default` prints; a unit test keeps it equal to
+//! `Config::default()`, so the documented defaults cannot drift from the real ones.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where crius looks for its configuration when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/crius/config.toml";
+
+/// The complete default configuration, with a one-line comment for each key.
+pub const DEFAULT_CONFIG: &str = r#"# crius configuration. Every key is optional; the values below are the built-in defaults.
+
+# Persistent data: the database, image content and snapshots, container layers.
+root = "/var/lib/crius"
+# Runtime state that lasts until reboot: sockets, shims, bundles, netns pins.
+state = "/run/crius"
+# The gRPC endpoint for kubelet, crictl and critest (unix:// only).
+listen = "unix:///run/crius/crius.sock"
+# Log level: error, warn, info, debug, trace, or a tracing filter such as "info,crius=debug".
+log_level = "info"
+
+[registry]
+# Directory of per-registry <host>/hosts.toml files (mirrors, TLS, capabilities), containerd's layout.
+config_path = "/etc/crius/certs.d"
+# How many layers of one pull are fetched at the same time.
+max_concurrent_downloads = 3
+# A download that receives no byte for this many seconds is cancelled.
+stall_timeout_secs = 60
+
+[cni]
+# Directory holding the pod network configuration (.conflist, .conf or .json; the first by name wins).
+conf_dir = "/etc/cni/net.d"
+# Directories searched in order for CNI plugin binaries.
+bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
+# Seconds one CNI plugin call may take before it is killed.
+plugin_timeout_secs = 60
+
+[cgroup]
+# Who names and manages pod and container cgroups: "cgroupfs" or "systemd".
+driver = "cgroupfs"
+
+[stream]
+# Address the streaming server for exec, attach and port-forward listens on.
+address = "127.0.0.1"
+# Port of the streaming server; 0 picks a free port at start.
+port = 0
+"#;
+
+/// The effective configuration of a running crius.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub listen: String,
+    pub log_level: String,
+    pub registry: RegistryConfig,
+    pub cni: CniConfig,
+    pub cgroup: CgroupConfig,
+    pub stream: StreamConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryConfig {
+    pub config_path: PathBuf,
+    pub max_concurrent_downloads: usize,
+    pub stall_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CniConfig {
+    pub conf_dir: PathBuf,
+    pub bin_dirs: Vec<PathBuf>,
+    pub plugin_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CgroupConfig {
+    pub driver: CgroupDriver,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    #[default]
+    Cgroupfs,
+    Systemd,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamConfig {
+    pub address: String,
+    pub port: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root: PathBuf::from("/var/lib/crius"),
+            state: PathBuf::from("/run/crius"),
+            listen: "unix:///run/crius/crius.sock".to_string(),
+            log_level: "info".to_string(),
+            registry: RegistryConfig::default(),
+            cni: CniConfig::default(),
+            cgroup: CgroupConfig::default(),
+            stream: StreamConfig::default(),
+        }
+    }
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            config_path: PathBuf::from("/etc/crius/certs.d"),
+            max_concurrent_downloads: 3,
+            stall_timeout_secs: 60,
+        }
+    }
+}
+
+impl Default for CniConfig {
+    fn default() -> Self {
+        CniConfig {
+            conf_dir: PathBuf::from("/etc/cni/net.d"),
+            bin_dirs: vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")],
+            plugin_timeout_secs: 60,
+        }
+    }
+}
+
+impl Default for CgroupConfig {
+    fn default() -> Self {
+        CgroupConfig {
+            driver: CgroupDriver::Cgroupfs,
+        }
+    }
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            address: "127.0.0.1".to_string(),
+            port: 0,
+        }
+    }
+}
+
+/// Why a configuration could not be loaded. The message names the file, line and key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("read config {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {key}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        key: String,
+        message: String,
+    },
+    #[error("{path}: {key}: {message}")]
+    Invalid {
+        path: PathBuf,
+        key: &'static str,
+        message: String,
+    },
+}
+
+impl Config {
+    /// Loads `path`. A missing file is the defaults when `required` is false (the default path
+    /// need not exist); an explicitly named file must exist.
+    pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                return Ok(Config::default())
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let config = Config::parse(&text, path)?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// Parses TOML text; errors carry `path`, the line and the dotted key at fault.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let offset = e.span().map(|s| s.start).unwrap_or(0);
+            let (line, key) = locate(text, offset);
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                line,
+                key,
+                message: e.message().trim().to_string(),
+            }
+        })
+    }
+
+    /// Checks what the types alone cannot.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |key, message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key,
+            message,
+        };
+        self.socket_path()
+            .map_err(|m| invalid("listen", format!("{m}: {:?}", self.listen)))?;
+        if !self.root.is_absolute() {
+            return Err(invalid(
+                "root",
+                format!("must be absolute: {:?}", self.root),
+            ));
+        }
+        if !self.state.is_absolute() {
+            return Err(invalid(
+                "state",
+                format!("must be absolute: {:?}", self.state),
+            ));
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
+            return Err(invalid(
+                "log_level",
+                format!("not a level or filter: {:?}", self.log_level),
+            ));
+        }
+        if self.registry.max_concurrent_downloads == 0 {
+            return Err(invalid(
+                "registry.max_concurrent_downloads",
+                "must be at least 1".to_string(),
+            ));
+        }
+        if self.stream.address.parse::<std::net::IpAddr>().is_err() {
+            return Err(invalid(
+                "stream.address",
+                format!("not an IP address: {:?}", self.stream.address),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The filesystem path of the `listen` endpoint.
+    pub fn socket_path(&self) -> Result<PathBuf, &'static str> {
+        let path = self
+            .listen
+            .strip_prefix("unix://")
+            .ok_or("only unix:// endpoints are supported")?;
+        let path = Path::new(path);
+        if !path.is_absolute() {
+            return Err("the socket path must be absolute");
+        }
+        Ok(path.to_path_buf())
+    }
+
+    /// The effective configuration as JSON, for `Status` with `verbose`.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for CgroupDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CgroupDriver::Cgroupfs => "cgroupfs",
+            CgroupDriver::Systemd => "systemd",
+        })
+    }
+}
+
+/// The 1-based line of `offset` in `text` and the dotted key written on that line (or the
+/// nearest one above it, for a value that spans lines).
+fn locate(text: &str, offset: usize) -> (usize, String) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let mut table = String::new();
+    let mut key = String::new();
+    for l in text.lines().take(line).map(str::trim) {
+        if l.starts_with('[') {
+            table = l.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+            key.clear();
+        } else if let Some((k, _)) = l.split_once('=') {
+            if !l.starts_with('#') {
+                key = k.trim().trim_matches('"').to_string();
+            }
+        }
+    }
+    // An unknown table name is reported on its header line.
+    let key = match (table.is_empty(), key.is_empty()) {
+        (true, _) => key,
+        (false, true) => table,
+        (false, false) => format!("{table}.{key}"),
+    };
+    (line, if key.is_empty() { "-".to_string() } else { key })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/crius/config.toml"))
+    }
+
+    #[test]
+    fn default_text_is_the_default_config() {
+        let parsed = parse(DEFAULT_CONFIG).unwrap();
+        assert_eq!(parsed, Config::default());
+        parsed.validate(Path::new("x")).unwrap();
+    }
+
+    #[test]
+    fn every_default_key_has_a_comment() {
+        let lines: Vec<&str> = DEFAULT_CONFIG.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains(" = ") {
+                assert!(lines[i - 1].starts_with('#'), "no comment above {l:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn keys_override_defaults() {
+        let c =
+            parse("root = \"/x\"\n[cni]\nbin_dirs = [\"/a\"]\n[cgroup]\ndriver = \"systemd\"\n")
+                .unwrap();
+        assert_eq!(c.root, PathBuf::from("/x"));
+        assert_eq!(c.cni.bin_dirs, vec![PathBuf::from("/a")]);
+        assert_eq!(c.cni.conf_dir, PathBuf::from("/etc/cni/net.d"));
+        assert_eq!(c.cgroup.driver, CgroupDriver::Systemd);
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_and_key() {
+        let err =
+            parse("root = \"/x\"\n\n[cni]\nconf_dir = \"/y\"\nbin_dir = [\"/a\"]\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("/etc/crius/config.toml:5: cni.bin_dir: unknown field `bin_dir`"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn unknown_table_is_named() {
+        let msg = parse("[cnii]\nconf_dir = \"/y\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains(":1:") && msg.contains("cnii"), "{msg}");
+    }
+
+    #[test]
+    fn wrong_type_names_file_line_and_key() {
+        let msg = parse("[stream]\naddress = \"127.0.0.1\"\nport = \"80\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.starts_with("/etc/crius/config.toml:3: stream.port: invalid type"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_driver_is_refused() {
+        let msg = parse("[cgroup]\ndriver = \"cgroupv3\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains(":2: cgroup.driver:"), "{msg}");
+    }
+
+    #[test]
+    fn validate_rejects_tcp_listen_and_relative_root() {
+        let mut c = Config {
+            listen: "tcp://127.0.0.1:1".into(),
+            ..Config::default()
+        };
+        let msg = c.validate(Path::new("f")).unwrap_err().to_string();
+        assert!(msg.contains("listen") && msg.contains("unix://"), "{msg}");
+        c.listen = Config::default().listen;
+        c.root = PathBuf::from("rel");
+        assert!(c
+            .validate(Path::new("f"))
+            .unwrap_err()
+            .to_string()
+            .contains("root"));
+    }
+
+    #[test]
+    fn missing_default_file_is_defaults_but_named_file_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.toml");
+        assert_eq!(Config::load(&missing, false).unwrap(), Config::default());
+        assert!(Config::load(&missing, true).is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! The daemon's error type and the one place where errors become gRPC statuses.
+
+use tonic::{Code, Status};
+
+/// An error an RPC handler returns. The variant picks the gRPC code; the message names the
+/// field or object at fault and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    DeadlineExceeded(String),
+    #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0} is not implemented by crius yet")]
+    Unimplemented(&'static str),
+    #[error("{context}")]
+    Internal {
+        context: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Any cause an internal error wraps.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+impl Error {
+    /// An internal failure with what was being done and its cause.
+    pub fn internal(context: impl Into<String>, source: impl Into<BoxError>) -> Error {
+        Error::Internal {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// The gRPC code this error is reported with.
+    pub fn code(&self) -> Code {
+        match self {
+            Error::InvalidArgument(_) => Code::InvalidArgument,
+            Error::NotFound(_) => Code::NotFound,
+            Error::AlreadyExists(_) => Code::AlreadyExists,
+            Error::FailedPrecondition(_) => Code::FailedPrecondition,
+            Error::Unavailable(_) => Code::Unavailable,
+            Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            Error::Unauthenticated(_) => Code::Unauthenticated,
+            Error::Unimplemented(_) => Code::Unimplemented,
+            Error::Internal { .. } => Code::Internal,
+        }
+    }
+}
+
+/// The whole cause chain on one line: `context: cause: cause`.
+pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut cur = err.source();
+    while let Some(cause) = cur {
+        let text = cause.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = cause.source();
+    }
+    out
+}
+
+/// Maps an error to the status the client sees. The only place a status code is chosen.
+pub fn to_status(err: &Error) -> Status {
+    Status::new(err.code(), chain(err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_carries_the_cause_chain() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "permission denied");
+        let err = Error::internal("open /var/lib/crius/crius.db", io);
+        let status = to_status(&err);
+        assert_eq!(status.code(), Code::Internal);
+        assert_eq!(
+            status.message(),
+            "open /var/lib/crius/crius.db: permission denied"
+        );
+    }
+
+    #[test]
+    fn unimplemented_names_the_rpc() {
+        let status = to_status(&Error::Unimplemented("Attach"));
+        assert_eq!(status.code(), Code::Unimplemented);
+        assert!(status.message().contains("Attach"));
+    }
+}

@@ -1,0 +1,167 @@
+//! Serving the CRI on the unix socket: claiming the socket, the gRPC server, and the orderly
+//! stop on SIGTERM/SIGINT.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use crius_api::v1::image_service_server::ImageServiceServer;
+use crius_api::v1::runtime_service_server::RuntimeServiceServer;
+use tokio::net::UnixListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::daemon::Daemon;
+use crate::service::CriService;
+
+/// How long in-flight calls may run on after a stop signal before the daemon exits anyway.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// kubelet sends and accepts messages up to 16 MiB; tonic's default of 4 MiB is too small for a
+/// node with many containers.
+const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+
+/// The claimed socket: the listener, and the lock that proves no other crius serves it.
+pub struct Socket {
+    listener: UnixListener,
+    path: PathBuf,
+    _lock: File,
+}
+
+impl Socket {
+    /// Claims `path`: takes an exclusive lock beside it (a second crius fails here and says
+    /// so), replaces a stale socket file, binds, and sets mode 0660.
+    pub fn claim(path: &Path) -> anyhow::Result<Socket> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("create socket directory {}", parent.display()))?;
+        }
+        let lock_path = lock_path(path);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .with_context(|| format!("open socket lock {}", lock_path.display()))?;
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                bail!(
+                    "another crius is already serving {} (lock {} is held)",
+                    path.display(),
+                    lock_path.display()
+                );
+            }
+            return Err(err).with_context(|| format!("lock {}", lock_path.display()));
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)
+                .with_context(|| format!("remove stale socket {}", path.display()))?,
+            Ok(_) => bail!("{} exists and is not a socket", path.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("stat {}", path.display())),
+        }
+        let listener =
+            UnixListener::bind(path).with_context(|| format!("listen on {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+            .with_context(|| format!("chmod 0660 {}", path.display()))?;
+        Ok(Socket {
+            listener,
+            path: path.to_path_buf(),
+            _lock: lock,
+        })
+    }
+}
+
+fn lock_path(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// The stop signals, caught from before the socket exists so that a signal sent as soon as
+/// the socket appears is never the default (fatal) action.
+pub struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Installs the handlers; call inside the tokio runtime before [`Socket::claim`].
+    pub fn install() -> anyhow::Result<StopSignals> {
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate()).context("install SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("install SIGINT handler")?,
+        })
+    }
+}
+
+/// Serves both CRI services on `socket` until SIGTERM or SIGINT, then stops accepting,
+/// lets in-flight calls finish for up to [`SHUTDOWN_GRACE`], and removes the socket file.
+/// Pods and containers are not touched: they belong to their shims.
+pub async fn serve(
+    daemon: Arc<Daemon>,
+    socket: Socket,
+    mut signals: StopSignals,
+) -> anyhow::Result<()> {
+    let service = CriService::new(daemon);
+    let runtime = RuntimeServiceServer::new(service.clone())
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    let images = ImageServiceServer::new(service)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let Socket {
+        listener,
+        path,
+        _lock,
+    } = socket;
+    let server = tonic::transport::Server::builder()
+        .add_service(runtime)
+        .add_service(images)
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+            stop_rx.await.ok();
+        });
+    tokio::pin!(server);
+    tracing::info!(socket = %path.display(), "serving the CRI");
+
+    let result = tokio::select! {
+        r = &mut server => r.context("grpc server"),
+        _ = signals.term.recv() => stop(&mut server, stop_tx, "SIGTERM").await,
+        _ = signals.int.recv() => stop(&mut server, stop_tx, "SIGINT").await,
+    };
+    if let Err(e) = std::fs::remove_file(&path) {
+        tracing::warn!(socket = %path.display(), "remove socket: {e}");
+    }
+    result
+}
+
+async fn stop<F>(
+    server: &mut std::pin::Pin<&mut F>,
+    stop_tx: tokio::sync::oneshot::Sender<()>,
+    signal: &str,
+) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = Result<(), tonic::transport::Error>>,
+{
+    tracing::info!("{signal}: no new calls; waiting for those in flight");
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(SHUTDOWN_GRACE, server.as_mut()).await {
+        Ok(r) => r.context("grpc server"),
+        Err(_) => {
+            tracing::warn!(
+                "calls still in flight after {}s; exiting without them",
+                SHUTDOWN_GRACE.as_secs()
+            );
+            Ok(())
+        }
+    }
+}

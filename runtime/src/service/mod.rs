@@ -1,0 +1,210 @@
+//! The CRI gRPC services. One file per RPC (`version.rs`, `sandbox_run.rs`, …), each a thin
+//! handler `async fn(&Arc<Daemon>, Request) -> Result<Response>`; this module routes every RPC
+//! through [`instrument`], the single place that opens the span, logs the call and its result,
+//! and maps errors to gRPC statuses.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crius_api::v1::image_service_server::ImageService;
+use crius_api::v1::runtime_service_server::RuntimeService;
+use crius_api::v1::*;
+use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+
+use crate::daemon::Daemon;
+use crate::error::{self, Error};
+
+mod ids;
+mod runtime_config;
+mod status;
+mod version;
+
+pub use ids::Ids;
+
+/// The server-streaming response type of the `Stream*` and `GetContainerEvents` RPCs.
+pub use tonic::codegen::BoxStream;
+
+/// Both CRI services over one daemon.
+#[derive(Clone)]
+pub struct CriService {
+    daemon: Arc<Daemon>,
+}
+
+impl CriService {
+    pub fn new(daemon: Arc<Daemon>) -> CriService {
+        CriService { daemon }
+    }
+}
+
+/// Calls that kubelet makes every few seconds: logged at debug so they do not drown the rest.
+fn is_poll(method: &str) -> bool {
+    method.starts_with("List")
+        || method.starts_with("Stream")
+        || method.ends_with("Status")
+        || method.ends_with("Stats")
+        || matches!(
+            method,
+            "Version" | "ImageFsInfo" | "RuntimeConfig" | "ListMetricDescriptors"
+        )
+}
+
+/// Runs one RPC: a span with the method and the ids in the request, a log line with the
+/// outcome and duration, and the error mapped to a status by [`error::to_status`].
+pub async fn instrument<Req, Resp, Fut>(
+    method: &'static str,
+    request: Request<Req>,
+    handler: impl FnOnce(Req) -> Fut,
+) -> Result<Response<Resp>, Status>
+where
+    Req: Ids,
+    Fut: Future<Output = error::Result<Resp>>,
+{
+    let request = request.into_inner();
+    let ids = request.ids();
+    let span = tracing::info_span!("rpc", method, id = %ids);
+    let start = Instant::now();
+    let result = handler(request).instrument(span.clone()).await;
+    let _enter = span.enter();
+    let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+    match result {
+        Ok(resp) => {
+            if is_poll(method) {
+                tracing::debug!(elapsed_ms, "ok");
+            } else {
+                tracing::info!(elapsed_ms, "ok");
+            }
+            Ok(Response::new(resp))
+        }
+        Err(err) => {
+            let status = error::to_status(&err);
+            match err {
+                Error::Internal { .. } => {
+                    tracing::error!(elapsed_ms, code = ?status.code(), "{}", status.message())
+                }
+                Error::Unimplemented(_) => {
+                    tracing::debug!(elapsed_ms, code = ?status.code(), "{}", status.message())
+                }
+                _ => tracing::warn!(elapsed_ms, code = ?status.code(), "{}", status.message()),
+            }
+            Err(status)
+        }
+    }
+}
+
+/// The handler of an RPC whose work has not landed yet.
+async fn not_yet<T>(method: &'static str) -> error::Result<T> {
+    Err(Error::Unimplemented(method))
+}
+
+/// Writes a service impl in which every method goes through [`instrument`]. The impl is
+/// produced by a macro so that the `async_trait` attribute sees the expanded methods.
+macro_rules! cri_service {
+    (
+        $trait:ident {
+            $($name:ident($method:literal, $req:ty) -> $resp:ty => $handler:expr;)*
+        }
+    ) => {
+        #[tonic::async_trait]
+        impl $trait for CriService {
+            $(
+                async fn $name(&self, request: Request<$req>) -> Result<Response<$resp>, Status> {
+                    let daemon = &self.daemon;
+                    instrument($method, request, |r| ($handler)(daemon, r)).await
+                }
+            )*
+        }
+    };
+}
+
+cri_service! {
+    RuntimeService {
+        version("Version", VersionRequest) -> VersionResponse => version::version;
+        status("Status", StatusRequest) -> StatusResponse => status::status;
+        runtime_config("RuntimeConfig", RuntimeConfigRequest) -> RuntimeConfigResponse
+            => runtime_config::runtime_config;
+        update_runtime_config("UpdateRuntimeConfig", UpdateRuntimeConfigRequest)
+            -> UpdateRuntimeConfigResponse => |_, _| not_yet("UpdateRuntimeConfig");
+
+        run_pod_sandbox("RunPodSandbox", RunPodSandboxRequest) -> RunPodSandboxResponse
+            => |_, _| not_yet("RunPodSandbox");
+        stop_pod_sandbox("StopPodSandbox", StopPodSandboxRequest) -> StopPodSandboxResponse
+            => |_, _| not_yet("StopPodSandbox");
+        remove_pod_sandbox("RemovePodSandbox", RemovePodSandboxRequest)
+            -> RemovePodSandboxResponse => |_, _| not_yet("RemovePodSandbox");
+        pod_sandbox_status("PodSandboxStatus", PodSandboxStatusRequest)
+            -> PodSandboxStatusResponse => |_, _| not_yet("PodSandboxStatus");
+        list_pod_sandbox("ListPodSandbox", ListPodSandboxRequest) -> ListPodSandboxResponse
+            => |_, _| not_yet("ListPodSandbox");
+        stream_pod_sandboxes("StreamPodSandboxes", StreamPodSandboxesRequest)
+            -> BoxStream<StreamPodSandboxesResponse> => |_, _| not_yet("StreamPodSandboxes");
+        update_pod_sandbox_resources("UpdatePodSandboxResources", UpdatePodSandboxResourcesRequest)
+            -> UpdatePodSandboxResourcesResponse => |_, _| not_yet("UpdatePodSandboxResources");
+
+        create_container("CreateContainer", CreateContainerRequest) -> CreateContainerResponse
+            => |_, _| not_yet("CreateContainer");
+        start_container("StartContainer", StartContainerRequest) -> StartContainerResponse
+            => |_, _| not_yet("StartContainer");
+        stop_container("StopContainer", StopContainerRequest) -> StopContainerResponse
+            => |_, _| not_yet("StopContainer");
+        remove_container("RemoveContainer", RemoveContainerRequest) -> RemoveContainerResponse
+            => |_, _| not_yet("RemoveContainer");
+        list_containers("ListContainers", ListContainersRequest) -> ListContainersResponse
+            => |_, _| not_yet("ListContainers");
+        stream_containers("StreamContainers", StreamContainersRequest)
+            -> BoxStream<StreamContainersResponse> => |_, _| not_yet("StreamContainers");
+        container_status("ContainerStatus", ContainerStatusRequest) -> ContainerStatusResponse
+            => |_, _| not_yet("ContainerStatus");
+        update_container_resources("UpdateContainerResources", UpdateContainerResourcesRequest)
+            -> UpdateContainerResourcesResponse => |_, _| not_yet("UpdateContainerResources");
+        reopen_container_log("ReopenContainerLog", ReopenContainerLogRequest)
+            -> ReopenContainerLogResponse => |_, _| not_yet("ReopenContainerLog");
+        checkpoint_container("CheckpointContainer", CheckpointContainerRequest)
+            -> CheckpointContainerResponse => |_, _| not_yet("CheckpointContainer");
+        get_container_events("GetContainerEvents", GetEventsRequest)
+            -> BoxStream<ContainerEventResponse> => |_, _| not_yet("GetContainerEvents");
+
+        exec_sync("ExecSync", ExecSyncRequest) -> ExecSyncResponse => |_, _| not_yet("ExecSync");
+        exec("Exec", ExecRequest) -> ExecResponse => |_, _| not_yet("Exec");
+        attach("Attach", AttachRequest) -> AttachResponse => |_, _| not_yet("Attach");
+        port_forward("PortForward", PortForwardRequest) -> PortForwardResponse
+            => |_, _| not_yet("PortForward");
+
+        container_stats("ContainerStats", ContainerStatsRequest) -> ContainerStatsResponse
+            => |_, _| not_yet("ContainerStats");
+        list_container_stats("ListContainerStats", ListContainerStatsRequest)
+            -> ListContainerStatsResponse => |_, _| not_yet("ListContainerStats");
+        stream_container_stats("StreamContainerStats", StreamContainerStatsRequest)
+            -> BoxStream<StreamContainerStatsResponse> => |_, _| not_yet("StreamContainerStats");
+        pod_sandbox_stats("PodSandboxStats", PodSandboxStatsRequest) -> PodSandboxStatsResponse
+            => |_, _| not_yet("PodSandboxStats");
+        list_pod_sandbox_stats("ListPodSandboxStats", ListPodSandboxStatsRequest)
+            -> ListPodSandboxStatsResponse => |_, _| not_yet("ListPodSandboxStats");
+        stream_pod_sandbox_stats("StreamPodSandboxStats", StreamPodSandboxStatsRequest)
+            -> BoxStream<StreamPodSandboxStatsResponse> => |_, _| not_yet("StreamPodSandboxStats");
+        list_metric_descriptors("ListMetricDescriptors", ListMetricDescriptorsRequest)
+            -> ListMetricDescriptorsResponse => |_, _| not_yet("ListMetricDescriptors");
+        list_pod_sandbox_metrics("ListPodSandboxMetrics", ListPodSandboxMetricsRequest)
+            -> ListPodSandboxMetricsResponse => |_, _| not_yet("ListPodSandboxMetrics");
+        stream_pod_sandbox_metrics("StreamPodSandboxMetrics", StreamPodSandboxMetricsRequest)
+            -> BoxStream<StreamPodSandboxMetricsResponse> => |_, _| not_yet("StreamPodSandboxMetrics");
+    }
+}
+
+cri_service! {
+    ImageService {
+        list_images("ListImages", ListImagesRequest) -> ListImagesResponse
+            => |_, _| not_yet("ListImages");
+        stream_images("StreamImages", StreamImagesRequest) -> BoxStream<StreamImagesResponse>
+            => |_, _| not_yet("StreamImages");
+        image_status("ImageStatus", ImageStatusRequest) -> ImageStatusResponse
+            => |_, _| not_yet("ImageStatus");
+        pull_image("PullImage", PullImageRequest) -> PullImageResponse
+            => |_, _| not_yet("PullImage");
+        remove_image("RemoveImage", RemoveImageRequest) -> RemoveImageResponse
+            => |_, _| not_yet("RemoveImage");
+        image_fs_info("ImageFsInfo", ImageFsInfoRequest) -> ImageFsInfoResponse
+            => |_, _| not_yet("ImageFsInfo");
+    }
+}

@@ -1,0 +1,363 @@
+//! The daemon's database: an embedded ACID store (redb) at `<root>/crius.db`.
+//!
+//! Records are JSON values keyed by id in one table per kind, so a record type can gain
+//! fields without a migration (serde defaults fill them). Each write is its own transaction,
+//! made durable before it returns: a record a caller has seen written survives `kill -9`.
+//! The database carries a schema version; a database written by a newer crius is refused.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// The schema this crius writes. Raise it when a change cannot be read by older code.
+pub const SCHEMA_VERSION: u32 = 1;
+
+const META: TableDefinition<&str, u32> = TableDefinition::new("meta");
+const SCHEMA_KEY: &str = "schema_version";
+
+/// The kinds of record the daemon keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    Sandboxes,
+    Containers,
+    /// Name reservations: the CRI name of a pod or container → the id holding it.
+    Names,
+}
+
+impl Table {
+    const ALL: [Table; 3] = [Table::Sandboxes, Table::Containers, Table::Names];
+
+    fn def(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
+        TableDefinition::new(match self {
+            Table::Sandboxes => "sandboxes",
+            Table::Containers => "containers",
+            Table::Names => "names",
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("create database directory {path}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("open database {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: redb::Error,
+    },
+    #[error("database {path} has schema version {found}, newer than the {supported} this crius understands: run a crius at least as new as the one that wrote it")]
+    NewerSchema {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    #[error("database {table:?} {key}")]
+    Db {
+        table: Table,
+        key: String,
+        #[source]
+        source: redb::Error,
+    },
+    #[error("decode {table:?} record {key}")]
+    Decode {
+        table: Table,
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("encode {table:?} record {key}")]
+    Encode {
+        table: Table,
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// The open database. Cheap to share behind an `Arc`; redb serialises writers itself.
+pub struct Store {
+    db: Database,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) `<root>/crius.db` and checks its schema version.
+    pub fn open(root: &Path) -> Result<Store> {
+        std::fs::create_dir_all(root).map_err(|source| StoreError::CreateDir {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        let path = root.join("crius.db");
+        let open_err = |source: redb::Error| StoreError::Open {
+            path: path.clone(),
+            source,
+        };
+        let db = Database::create(&path).map_err(|e| open_err(e.into()))?;
+        let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|e| open_err(e.into()))?;
+            let found = meta
+                .get(SCHEMA_KEY)
+                .map_err(|e| open_err(e.into()))?
+                .map(|v| v.value());
+            match found {
+                Some(found) if found > SCHEMA_VERSION => {
+                    return Err(StoreError::NewerSchema {
+                        path: path.clone(),
+                        found,
+                        supported: SCHEMA_VERSION,
+                    })
+                }
+                Some(found) if found == SCHEMA_VERSION => {}
+                // A new database, or an older schema: every change so far is additive.
+                _ => {
+                    meta.insert(SCHEMA_KEY, SCHEMA_VERSION)
+                        .map_err(|e| open_err(e.into()))?;
+                }
+            }
+            for table in Table::ALL {
+                txn.open_table(table.def())
+                    .map_err(|e| open_err(e.into()))?;
+            }
+        }
+        txn.commit().map_err(|e| open_err(e.into()))?;
+        Ok(Store { db, path })
+    }
+
+    /// Where the database file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version recorded in the database.
+    pub fn schema_version(&self) -> Result<u32> {
+        let err = |source: redb::Error| StoreError::Db {
+            table: Table::Names,
+            key: SCHEMA_KEY.to_string(),
+            source,
+        };
+        let txn = self.db.begin_read().map_err(|e| err(e.into()))?;
+        let meta = txn.open_table(META).map_err(|e| err(e.into()))?;
+        let v = meta.get(SCHEMA_KEY).map_err(|e| err(e.into()))?;
+        Ok(v.map(|v| v.value()).unwrap_or(0))
+    }
+
+    /// Writes (inserts or replaces) one record.
+    pub fn put<T: Serialize>(&self, table: Table, key: &str, value: &T) -> Result<()> {
+        let bytes = serde_json::to_vec(value).map_err(|source| StoreError::Encode {
+            table,
+            key: key.to_string(),
+            source,
+        })?;
+        self.write(table, key, |t| {
+            t.insert(key, bytes.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Reads one record.
+    pub fn get<T: DeserializeOwned>(&self, table: Table, key: &str) -> Result<Option<T>> {
+        let err = db_err(table, key);
+        let txn = self.db.begin_read().map_err(|e| err(e.into()))?;
+        let t = txn.open_table(table.def()).map_err(|e| err(e.into()))?;
+        let Some(v) = t.get(key).map_err(|e| err(e.into()))? else {
+            return Ok(None);
+        };
+        decode(table, key, v.value()).map(Some)
+    }
+
+    /// Removes one record; removing a missing one is not an error.
+    pub fn delete(&self, table: Table, key: &str) -> Result<()> {
+        self.write(table, key, |t| {
+            t.remove(key)?;
+            Ok(())
+        })
+    }
+
+    /// Every record of a table, in key order.
+    pub fn list<T: DeserializeOwned>(&self, table: Table) -> Result<Vec<(String, T)>> {
+        let err = db_err(table, "*");
+        let txn = self.db.begin_read().map_err(|e| err(e.into()))?;
+        let t = txn.open_table(table.def()).map_err(|e| err(e.into()))?;
+        let mut out = Vec::new();
+        for entry in t.iter().map_err(|e| err(e.into()))? {
+            let (k, v) = entry.map_err(|e| err(e.into()))?;
+            let key = k.value().to_string();
+            let value = decode(table, &key, v.value())?;
+            out.push((key, value));
+        }
+        Ok(out)
+    }
+
+    /// Reserves `name` for `id` in one transaction. Returns the id already holding the name
+    /// when it is taken by another id; reserving a name again for the same id is a no-op.
+    pub fn reserve_name(&self, name: &str, id: &str) -> Result<Option<String>> {
+        let mut holder = None;
+        self.write(Table::Names, name, |t| {
+            let current = t
+                .get(name)?
+                .map(|v| String::from_utf8_lossy(v.value()).into_owned());
+            match current {
+                Some(other) if other != id => holder = Some(other),
+                Some(_) => {}
+                None => {
+                    t.insert(name, id.as_bytes())?;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(holder)
+    }
+
+    /// Releases `name` if `id` holds it.
+    pub fn release_name(&self, name: &str, id: &str) -> Result<()> {
+        self.write(Table::Names, name, |t| {
+            let held = t.get(name)?.is_some_and(|v| v.value() == id.as_bytes());
+            if held {
+                t.remove(name)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn write(
+        &self,
+        table: Table,
+        key: &str,
+        f: impl FnOnce(&mut redb::Table<&str, &[u8]>) -> std::result::Result<(), redb::Error>,
+    ) -> Result<()> {
+        let err = db_err(table, key);
+        let txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        {
+            let mut t = txn.open_table(table.def()).map_err(|e| err(e.into()))?;
+            f(&mut t).map_err(&err)?;
+        }
+        txn.commit().map_err(|e| err(e.into()))
+    }
+}
+
+fn db_err(table: Table, key: &str) -> impl Fn(redb::Error) -> StoreError + '_ {
+    move |source| StoreError::Db {
+        table,
+        key: key.to_string(),
+        source,
+    }
+}
+
+fn decode<T: DeserializeOwned>(table: Table, key: &str, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|source| StoreError::Decode {
+        table,
+        key: key.to_string(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Rec {
+        name: String,
+        n: u32,
+    }
+
+    #[test]
+    fn records_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(dir.path()).unwrap();
+            let r = Rec {
+                name: "a".into(),
+                n: 1,
+            };
+            s.put(Table::Sandboxes, "id1", &r).unwrap();
+            s.put(
+                Table::Sandboxes,
+                "id2",
+                &Rec {
+                    name: "b".into(),
+                    n: 2,
+                },
+            )
+            .unwrap();
+            s.delete(Table::Sandboxes, "id2").unwrap();
+            s.delete(Table::Sandboxes, "missing").unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        let all: Vec<(String, Rec)> = s.list(Table::Sandboxes).unwrap();
+        assert_eq!(
+            all,
+            vec![(
+                "id1".to_string(),
+                Rec {
+                    name: "a".into(),
+                    n: 1
+                }
+            )]
+        );
+        assert_eq!(s.get::<Rec>(Table::Containers, "id1").unwrap(), None);
+    }
+
+    #[test]
+    fn names_are_reserved_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.reserve_name("pod_ns_uid_0", "a").unwrap(), None);
+        assert_eq!(s.reserve_name("pod_ns_uid_0", "a").unwrap(), None);
+        assert_eq!(
+            s.reserve_name("pod_ns_uid_0", "b").unwrap(),
+            Some("a".into())
+        );
+        s.release_name("pod_ns_uid_0", "b").unwrap();
+        assert_eq!(
+            s.reserve_name("pod_ns_uid_0", "b").unwrap(),
+            Some("a".into())
+        );
+        s.release_name("pod_ns_uid_0", "a").unwrap();
+        assert_eq!(s.reserve_name("pod_ns_uid_0", "b").unwrap(), None);
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(dir.path()).unwrap();
+            let txn = s.db.begin_write().unwrap();
+            txn.open_table(META)
+                .unwrap()
+                .insert(SCHEMA_KEY, SCHEMA_VERSION + 1)
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let msg = Store::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            msg.contains("schema version 2") && msg.contains("newer"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_second_open_of_one_database_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = Store::open(dir.path()).unwrap();
+        assert!(Store::open(dir.path()).is_err());
+    }
+}

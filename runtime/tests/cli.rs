@@ -1,0 +1,257 @@
+//! The `crius` binary as an operator meets it: flags, config errors, the socket claim and the
+//! orderly stop. gRPC behaviour is tested end to end in the `tests/` crate.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_crius");
+
+struct Dirs {
+    dir: tempfile::TempDir,
+}
+
+impl Dirs {
+    fn new() -> Dirs {
+        Dirs {
+            dir: tempfile::Builder::new()
+                .prefix("crius-cli")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    fn socket(&self) -> PathBuf {
+        self.path("run/crius.sock")
+    }
+    fn command(&self) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("--root")
+            .arg(self.path("root"))
+            .arg("--state")
+            .arg(self.path("state"))
+            .arg("--listen")
+            .arg(format!("unix://{}", self.socket().display()))
+            .arg("--config")
+            .arg(self.path("config.toml"));
+        c
+    }
+    fn write_config(&self, text: &str) {
+        std::fs::write(self.path("config.toml"), text).unwrap();
+    }
+}
+
+/// A started daemon, killed in Drop if the test did not stop it.
+struct Daemon(Option<Child>);
+
+impl Daemon {
+    fn start(dirs: &Dirs) -> Daemon {
+        let child = dirs.command().stderr(Stdio::piped()).spawn().unwrap();
+        let d = Daemon(Some(child));
+        wait_for(|| {
+            std::fs::symlink_metadata(dirs.socket()).is_ok_and(|m| m.file_type().is_socket())
+                && std::os::unix::net::UnixStream::connect(dirs.socket()).is_ok()
+        });
+        d
+    }
+    fn signal(&self, sig: libc::c_int) {
+        let pid = self.0.as_ref().unwrap().id() as libc::pid_t;
+        // SAFETY: kill on the PID of a child this test spawned and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    }
+    fn wait(mut self) -> Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_for(mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn version_flag() {
+    let o = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("crius {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn config_default_prints_a_config_that_loads() {
+    let o = Command::new(BIN)
+        .args(["config", "default"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    for key in [
+        "root =",
+        "state =",
+        "listen =",
+        "log_level =",
+        "config_path =",
+        "conf_dir =",
+        "bin_dirs =",
+        "driver =",
+        "address =",
+        "port =",
+    ] {
+        assert!(text.contains(key), "{key} missing from the default config");
+    }
+    let dirs = Dirs::new();
+    dirs.write_config(&text);
+    let d = Daemon::start(&dirs);
+    d.signal(libc::SIGTERM);
+    assert!(d.wait().status.success());
+}
+
+#[test]
+fn unknown_key_stops_startup_naming_file_line_and_key() {
+    let dirs = Dirs::new();
+    dirs.write_config("log_level = \"info\"\n[cni]\nbin_dir = [\"/x\"]\n");
+    let o = dirs.command().output().unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    let want = format!(
+        "{}:3: cni.bin_dir: unknown field `bin_dir`",
+        dirs.path("config.toml").display()
+    );
+    assert!(err.contains(&want), "{err}");
+    assert!(
+        !dirs.socket().exists(),
+        "a failed start must not leave a socket"
+    );
+}
+
+#[test]
+fn wrong_type_stops_startup() {
+    let dirs = Dirs::new();
+    dirs.write_config("[stream]\nport = \"ten\"\n");
+    let o = dirs.command().output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("config.toml:2: stream.port: invalid type"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_named_config_file_must_exist() {
+    let dirs = Dirs::new();
+    let o = dirs.command().output().unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("read config"), "{}", stderr(&o));
+}
+
+#[test]
+fn socket_is_0660_and_removed_on_sigterm() {
+    let dirs = Dirs::new();
+    dirs.write_config("");
+    let d = Daemon::start(&dirs);
+    let mode = std::fs::metadata(dirs.socket())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o660);
+    d.signal(libc::SIGTERM);
+    let o = d.wait();
+    assert!(
+        o.status.success(),
+        "exit on SIGTERM: {:?} {}",
+        o.status,
+        stderr(&o)
+    );
+    assert!(!dirs.socket().exists());
+}
+
+#[test]
+fn sigint_also_stops_cleanly() {
+    let dirs = Dirs::new();
+    dirs.write_config("");
+    let d = Daemon::start(&dirs);
+    d.signal(libc::SIGINT);
+    assert!(d.wait().status.success());
+}
+
+#[test]
+fn second_crius_on_a_served_socket_refuses() {
+    let dirs = Dirs::new();
+    dirs.write_config("");
+    let first = Daemon::start(&dirs);
+    // Another root, so only the socket is shared.
+    let o = Command::new(BIN)
+        .arg("--root")
+        .arg(dirs.path("root2"))
+        .arg("--state")
+        .arg(dirs.path("state2"))
+        .arg("--listen")
+        .arg(format!("unix://{}", dirs.socket().display()))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("another crius is already serving"), "{err}");
+    assert!(err.contains(&dirs.socket().display().to_string()), "{err}");
+    // The first one is unharmed.
+    assert!(std::os::unix::net::UnixStream::connect(dirs.socket()).is_ok());
+    drop(first);
+}
+
+#[test]
+fn stale_socket_from_a_killed_crius_is_replaced() {
+    let dirs = Dirs::new();
+    dirs.write_config("");
+    let d = Daemon::start(&dirs);
+    d.signal(libc::SIGKILL);
+    let _ = d.wait();
+    assert!(dirs.socket().exists(), "SIGKILL leaves the socket file");
+    let d = Daemon::start(&dirs);
+    d.signal(libc::SIGTERM);
+    assert!(d.wait().status.success());
+}
+
+#[test]
+fn a_non_socket_at_the_socket_path_is_not_removed() {
+    let dirs = Dirs::new();
+    dirs.write_config("");
+    std::fs::create_dir_all(dirs.socket().parent().unwrap()).unwrap();
+    std::fs::write(dirs.socket(), "precious").unwrap();
+    let o = dirs.command().output().unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("is not a socket"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(dirs.socket()).unwrap(), "precious");
+}
+
+#[test]
+fn database_is_created_under_root() {
+    let dirs = Dirs::new();
+    dirs.write_config("");
+    let d = Daemon::start(&dirs);
+    assert!(Path::new(&dirs.path("root/crius.db")).is_file());
+    d.signal(libc::SIGTERM);
+    assert!(d.wait().status.success());
+}

@@ -43,9 +43,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! * [`Network::setup`] runs ADD for the loopback network (ifname `lo`) and then for the
-//!   configured network (ifname `eth0`), chained plugins in order, each with `prevResult` and
-//!   the `runtimeConfig` capabilities it declared (`portMappings`, `bandwidth`, `dns`,
+//! * [`Network::setup`] runs ADD for the configured network (ifname `eth0`; first, if
+//!   [`NetworkOptions::loopback`] is set, for a built-in network with the `loopback` plugin),
+//!   chained plugins in order, each with `prevResult` and the `runtimeConfig` capabilities it declared (`portMappings`, `bandwidth`, `dns`,
 //!   `io.kubernetes.cri.pod-annotations`, `cgroupPath`).
 //! * [`Network::teardown`] runs DEL for what the cache recorded, in reverse order, with the ADD
 //!   result as `prevResult`, and forgets a record only after its DEL succeeded.

@@ -24,7 +24,7 @@
 
 use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -57,9 +57,8 @@ fn check_name(id: &str) -> Result<()> {
 /// Creates a new network namespace and pins it at `<dir>/<id>`; returns that path.
 ///
 /// `dir` is created if missing. Fails if `<dir>/<id>` already exists. Only the loopback device
-/// exists in the new namespace, and it is down (run the `loopback` CNI plugin, which
-/// [`crate::Network::setup`] does by default, or bring it up yourself).
-/// Blocks for well under a millisecond; it spawns and joins a thread.
+/// exists in the new namespace, and this brings it up (one ioctl), which saves running the
+/// `loopback` plugin. Blocks for well under a millisecond; it spawns and joins a thread.
 pub fn create(dir: &Path, id: &str) -> Result<PathBuf> {
     check_name(id)?;
     std::fs::create_dir_all(dir).map_err(|e| netns_err("create dir for", dir, e))?;
@@ -78,6 +77,7 @@ pub fn create(dir: &Path, id: &str) -> Result<PathBuf> {
         .spawn(move || -> io::Result<()> {
             // This thread is ours and dies right after, so leaving it in the new namespace is fine.
             unshare(CloneFlags::CLONE_NEWNET)?;
+            loopback_up()?;
             mount(
                 Some("/proc/thread-self/ns/net"),
                 &target,
@@ -98,6 +98,33 @@ pub fn create(dir: &Path, id: &str) -> Result<PathBuf> {
         return Err(netns_err("create", &path, e));
     }
     Ok(path)
+}
+
+/// Sets `IFF_UP` on `lo` in the calling thread's network namespace.
+fn loopback_up() -> io::Result<()> {
+    // SAFETY: plain socket(2); the returned fd is checked and owned right away.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write an ifreq we own, on a valid socket.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Unpins and deletes a namespace pinned at `path`: lazy unmount, then unlink.

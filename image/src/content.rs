@@ -131,7 +131,6 @@ impl ContentStore {
         size: u64,
         body: Incoming,
         no_progress: Duration,
-        progress: &dyn Fn(u64),
     ) -> Result<u64> {
         let tmp = TempPath::new(self.ingest_path(digest));
         let mut file = File::create(tmp.path()).map_err(Error::io("create", tmp.path()))?;
@@ -172,7 +171,6 @@ impl ContentStore {
             hasher.update(&data);
             file.write_all(&data)
                 .map_err(Error::io("write", tmp.path()))?;
-            progress(data.len() as u64);
         }
         if written != size {
             return Err(Error::Verification {

@@ -1,16 +1,28 @@
 //! crius-image: everything about container images — references, registry hosts, pulling into a
 //! content store, unpacking layers into snapshots, and the image records. It knows nothing
 //! about gRPC; the daemon maps [`Error::kind`] to status codes.
+//!
+//! Entry point: [`ImageStore`] (`open`, `pull`, `get`, `list`, `remove`, `lowerdirs`, `lease`,
+//! `release`, `gc`, `fs_usage`).
 
+pub mod content;
 pub mod digest;
 pub mod error;
 pub mod hosts;
+pub mod manifest;
+mod pull;
+pub mod records;
 pub mod reference;
+pub mod registry;
+mod singleflight;
+mod store;
+pub mod unpack;
 
 pub use digest::Digest;
 pub use error::{Error, ErrorKind, Result};
+pub use manifest::Platform;
+pub use pull::{PullOptions, PullReport};
+pub use records::ImageRecord;
 pub use reference::Reference;
-pub mod content;
-pub mod manifest;
-pub mod registry;
-pub mod unpack;
+pub use registry::Auth;
+pub use store::{FsUsage, GcStats, ImageStore, StoreConfig};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION, USER_AGENT, WWW_AUTHENTICATE};
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
@@ -668,12 +668,6 @@ fn parse_challenge(header: &str) -> Option<Challenge> {
         scheme: scheme.to_string(),
         params,
     })
-}
-
-/// The URI a request went to, for messages.
-#[allow(dead_code)]
-pub(crate) fn uri_text(uri: &Uri) -> String {
-    uri.to_string()
 }
 
 #[cfg(test)]

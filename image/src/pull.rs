@@ -1,0 +1,575 @@
+//! Pulling an image: resolve the reference on the registry's hosts (mirrors first), pick this
+//! platform's manifest from an index, fetch the config and the layers concurrently into the
+//! content store, unpack each layer into its snapshot as soon as it is there, and record the
+//! image. Concurrent pulls of one image share one run; blobs and snapshots are shared by
+//! digest and chain ID across pulls.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+
+use crate::digest::{chain_ids, Digest};
+use crate::error::{Error, ErrorKind, Result};
+use crate::hosts::{resolve_hosts, RegistryHost};
+use crate::manifest::{self, Descriptor, ImageConfig, Index, Manifest, ManifestKind};
+use crate::records::{user_of, ImageRecord};
+use crate::reference::Reference;
+use crate::registry::{read_limited, Auth, Session};
+use crate::store::{id_hex, ImageStore, Inner};
+use crate::unpack::{unpack_layer, UnpackStats};
+
+const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
+/// How to pull.
+#[derive(Debug, Clone, Copy)]
+pub struct PullOptions {
+    /// Unpack layers and record the image (false: only fetch the blobs, for benchmarks).
+    pub unpack: bool,
+}
+
+impl Default for PullOptions {
+    fn default() -> Self {
+        Self { unpack: true }
+    }
+}
+
+/// Figures of one pull (for logs, metrics and the benchmark).
+#[derive(Debug, Clone, Default)]
+pub struct PullReport {
+    pub layers: usize,
+    /// Compressed bytes downloaded by this pull (blobs already present are not counted).
+    pub fetched_bytes: u64,
+    /// From the first download's start to the last one's end.
+    pub fetch_time: Duration,
+    /// Uncompressed tar bytes unpacked by this pull.
+    pub unpacked_bytes: u64,
+    /// From the first unpack's start to the last one's end.
+    pub unpack_time: Duration,
+    pub total_time: Duration,
+}
+
+pub(crate) type PullOutcome = (Option<ImageRecord>, PullReport);
+
+#[derive(Default)]
+struct Window {
+    first: Option<Instant>,
+    last: Option<Instant>,
+    bytes: u64,
+}
+
+impl Window {
+    fn add(&mut self, start: Instant, end: Instant, bytes: u64) {
+        self.first = Some(self.first.map_or(start, |f| f.min(start)));
+        self.last = Some(self.last.map_or(end, |l| l.max(end)));
+        self.bytes += bytes;
+    }
+    fn span(&self) -> Duration {
+        match (self.first, self.last) {
+            (Some(f), Some(l)) => l.duration_since(f),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Stats {
+    fetch: Mutex<Window>,
+    unpack: Mutex<Window>,
+}
+
+impl Stats {
+    fn fetched(&self, start: Instant, bytes: u64) {
+        if let Ok(mut w) = self.fetch.lock() {
+            w.add(start, Instant::now(), bytes);
+        }
+    }
+    fn unpacked(&self, start: Instant, bytes: u64) {
+        if let Ok(mut w) = self.unpack.lock() {
+            w.add(start, Instant::now(), bytes);
+        }
+    }
+}
+
+impl ImageStore {
+    /// Pulls `image` (any reference form) and returns its record. Two concurrent pulls of the
+    /// same reference share the work.
+    pub async fn pull(&self, image: &str, auth: &Auth) -> Result<ImageRecord> {
+        let (record, _) = self.pull_with(image, auth, PullOptions::default()).await?;
+        record.ok_or_else(|| Error::Internal(format!("pull {image}: no image recorded")))
+    }
+
+    /// [`ImageStore::pull`] with options, also returning the pull's figures.
+    pub async fn pull_with(
+        &self,
+        image: &str,
+        auth: &Auth,
+        options: PullOptions,
+    ) -> Result<(Option<ImageRecord>, PullReport)> {
+        let reference = Reference::parse(image)?;
+        let key = format!("{reference}|{}", options.unpack);
+        let inner = self.inner.clone();
+        let auth = auth.clone();
+        self.inner
+            .pulls
+            .run(&key, move || async move {
+                let started = Instant::now();
+                let gate = inner.gc_gate.read().await;
+                let result = inner
+                    .clone()
+                    .pull(&reference, &auth, options, started)
+                    .await;
+                drop(gate);
+                if inner
+                    .gc_pending
+                    .swap(false, std::sync::atomic::Ordering::SeqCst)
+                {
+                    if let Err(e) = inner.clone().gc().await {
+                        tracing::warn!("deferred image gc: {e}");
+                    }
+                }
+                result
+            })
+            .await
+    }
+}
+
+impl Inner {
+    async fn pull(
+        self: Arc<Self>,
+        reference: &Reference,
+        auth: &Auth,
+        options: PullOptions,
+        started: Instant,
+    ) -> Result<PullOutcome> {
+        let what = reference.to_string();
+        let hosts = resolve_hosts(
+            self.config.registry_config_dir.as_deref(),
+            reference.domain(),
+        )?;
+        let session = Arc::new(Session::new(
+            self.clients.clone(),
+            hosts,
+            reference.domain(),
+            reference.path(),
+            auth,
+            self.config.no_progress_timeout,
+        ));
+        let by_digest = reference.digest().is_some();
+        let resolvers: Vec<RegistryHost> = session
+            .hosts
+            .iter()
+            .filter(|h| {
+                if by_digest {
+                    h.capabilities.pull
+                } else {
+                    h.capabilities.resolve
+                }
+            })
+            .cloned()
+            .collect();
+        let pullers: Vec<RegistryHost> = session
+            .hosts
+            .iter()
+            .filter(|h| h.capabilities.pull)
+            .cloned()
+            .collect();
+
+        let (top_digest, top_bytes, content_type) = self
+            .fetch_manifest(
+                &session,
+                &resolvers,
+                &reference.object(),
+                reference.digest(),
+                &what,
+            )
+            .await?;
+        self.content.write_bytes(&top_digest, &top_bytes)?;
+        let (kind, media_type) = manifest::manifest_kind(&top_bytes, content_type.as_deref());
+        let (index_digest, manifest_digest, manifest_bytes) = match kind {
+            ManifestKind::Index => {
+                let index: Index = parse_json(&top_bytes, "image index", &top_digest)?;
+                let platform = &self.config.platform;
+                let chosen = index
+                    .select(platform)
+                    .ok_or_else(|| Error::NoMatchingPlatform {
+                        reference: what.clone(),
+                        platform: platform.to_string(),
+                        available: index.platforms(),
+                    })?;
+                let (d, bytes, ct) = self
+                    .fetch_manifest(
+                        &session,
+                        &pullers,
+                        chosen.digest.as_str(),
+                        Some(&chosen.digest),
+                        &what,
+                    )
+                    .await?;
+                let (child_kind, child_type) = manifest::manifest_kind(&bytes, ct.as_deref());
+                if child_kind != ManifestKind::Manifest {
+                    return Err(Error::UnsupportedMediaType {
+                        media_type: child_type,
+                        what: format!("manifest {d} of {what}"),
+                    });
+                }
+                self.content.write_bytes(&d, &bytes)?;
+                (Some(top_digest.clone()), d, bytes)
+            }
+            ManifestKind::Manifest => (None, top_digest.clone(), top_bytes),
+            ManifestKind::Unsupported => {
+                return Err(Error::UnsupportedMediaType {
+                    media_type,
+                    what: format!("manifest of {what}"),
+                })
+            }
+        };
+        let manifest: Manifest = parse_json(&manifest_bytes, "manifest", &manifest_digest)?;
+        for layer in &manifest.layers {
+            if manifest::layer_kind(&layer.media_type).is_none() {
+                return Err(Error::UnsupportedMediaType {
+                    media_type: layer.media_type.clone(),
+                    what: format!("layer {} of {what}", layer.digest),
+                });
+            }
+        }
+
+        let stats = Arc::new(Stats::default());
+        self.fetch_blob(&session, &manifest.config, &stats).await?;
+        let config_bytes = self.content.read(&manifest.config.digest)?;
+        let config: ImageConfig =
+            parse_json(&config_bytes, "image config", &manifest.config.digest)?;
+        let diff_ids = config.rootfs.diff_ids.clone();
+        if diff_ids.len() != manifest.layers.len() {
+            return Err(Error::Protocol {
+                registry: reference.domain().to_string(),
+                what: format!("image {what}"),
+                reason: format!(
+                    "config lists {} diff IDs for {} layers",
+                    diff_ids.len(),
+                    manifest.layers.len()
+                ),
+            });
+        }
+        let chains = chain_ids(&diff_ids);
+
+        let work = manifest.layers.iter().enumerate().map(|(i, layer)| {
+            let this = self.clone();
+            let session = session.clone();
+            let stats = stats.clone();
+            let diff = diff_ids[i].clone();
+            let chain = chains[i].clone();
+            async move {
+                this.fetch_blob(&session, layer, &stats).await?;
+                if options.unpack {
+                    this.unpack(layer, &diff, &chain, &stats).await?;
+                }
+                Ok::<_, Error>(())
+            }
+        });
+        futures::future::try_join_all(work).await?;
+
+        let report = {
+            let fetch = stats
+                .fetch
+                .lock()
+                .map_err(|_| Error::Internal("stats lock".into()))?;
+            let unpack = stats
+                .unpack
+                .lock()
+                .map_err(|_| Error::Internal("stats lock".into()))?;
+            PullReport {
+                layers: manifest.layers.len(),
+                fetched_bytes: fetch.bytes,
+                fetch_time: fetch.span(),
+                unpacked_bytes: unpack.bytes,
+                unpack_time: unpack.span(),
+                total_time: started.elapsed(),
+            }
+        };
+        if !options.unpack {
+            return Ok((None, report));
+        }
+
+        let user = config
+            .config
+            .as_ref()
+            .and_then(|c| c.user.clone())
+            .unwrap_or_default();
+        let (uid, username) = user_of(&user);
+        let record = ImageRecord {
+            id: format!("sha256:{}", manifest.config.digest.hex()),
+            repo_tags: reference.repo_tag().into_iter().collect(),
+            repo_digests: vec![reference.repo_digest(&top_digest)],
+            size: manifest.config.size + manifest.layers.iter().map(|l| l.size).sum::<u64>(),
+            config_digest: manifest.config.digest.clone(),
+            manifest_digest,
+            index_digest,
+            layers: manifest.layers.iter().map(|l| l.digest.clone()).collect(),
+            chain_ids: chains,
+            uid,
+            username,
+            pinned: false,
+            pulled_at: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        let record = self.commit_record(record)?;
+        tracing::info!(
+            image = %what,
+            id = %record.id,
+            secs = report.total_time.as_secs_f64(),
+            fetched = report.fetched_bytes,
+            "pulled image"
+        );
+        Ok((Some(record), report))
+    }
+
+    /// Stores `new`, merging with an existing record of the same id; its tag moves away from
+    /// any other image that had it.
+    fn commit_record(&self, new: ImageRecord) -> Result<ImageRecord> {
+        let mut records = self
+            .records
+            .write()
+            .map_err(|_| Error::Internal("image store lock poisoned".into()))?;
+        for tag in &new.repo_tags {
+            let holders: Vec<String> = records
+                .values()
+                .filter(|r| r.id != new.id && r.repo_tags.contains(tag))
+                .map(|r| r.id.clone())
+                .collect();
+            for id in holders {
+                if let Some(r) = records.get_mut(&id) {
+                    r.repo_tags.retain(|t| t != tag);
+                    self.records_dir.save(id_hex(&id), r)?;
+                }
+            }
+        }
+        let merged = match records.get(&new.id) {
+            Some(old) => {
+                let mut m = old.clone();
+                for t in &new.repo_tags {
+                    if !m.repo_tags.contains(t) {
+                        m.repo_tags.push(t.clone());
+                    }
+                }
+                for d in &new.repo_digests {
+                    if !m.repo_digests.contains(d) {
+                        m.repo_digests.push(d.clone());
+                    }
+                }
+                m.manifest_digest = new.manifest_digest;
+                m.index_digest = new.index_digest;
+                m.layers = new.layers;
+                m.chain_ids = new.chain_ids;
+                m.size = new.size;
+                m
+            }
+            None => new,
+        };
+        self.records_dir.save(id_hex(&merged.id), &merged)?;
+        records.insert(merged.id.clone(), merged.clone());
+        Ok(merged)
+    }
+
+    /// Fetches a manifest from the first host that has it, checking its digest when known.
+    async fn fetch_manifest(
+        &self,
+        session: &Session,
+        hosts: &[RegistryHost],
+        object: &str,
+        expected: Option<&Digest>,
+        what: &str,
+    ) -> Result<(Digest, Bytes, Option<String>)> {
+        let mut last = None;
+        for host in hosts {
+            match self
+                .fetch_manifest_from(session, host, object, expected, what)
+                .await
+            {
+                Ok(found) => return Ok(found),
+                Err(e) => {
+                    tracing::warn!(host = %host, "manifest of {what}: {e}");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| no_hosts(what)))
+    }
+
+    async fn fetch_manifest_from(
+        &self,
+        session: &Session,
+        host: &RegistryHost,
+        object: &str,
+        expected: Option<&Digest>,
+        what: &str,
+    ) -> Result<(Digest, Bytes, Option<String>)> {
+        let label = format!("manifest {what}");
+        let resp = session
+            .get(
+                host,
+                &format!("manifests/{object}"),
+                manifest::ACCEPT_MANIFESTS,
+                &label,
+            )
+            .await?;
+        let content_type = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = read_limited(resp, MAX_MANIFEST_BYTES, session.timeout)
+            .await
+            .map_err(|e| Error::Protocol {
+                registry: host.authority.clone(),
+                what: label.clone(),
+                reason: e.to_string(),
+            })?;
+        let digest = Digest::of(&body);
+        if let Some(expected) = expected {
+            if expected != &digest {
+                return Err(Error::Verification {
+                    expected: expected.clone(),
+                    reason: format!("manifest from {} has digest {digest}", host.authority),
+                });
+            }
+        }
+        Ok((digest, body, content_type))
+    }
+
+    /// Makes sure `desc` is in the content store, downloading it once however many pulls ask.
+    async fn fetch_blob(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        desc: &Descriptor,
+        stats: &Arc<Stats>,
+    ) -> Result<()> {
+        if self.content.has(&desc.digest, Some(desc.size)) {
+            return Ok(());
+        }
+        let this = self.clone();
+        let session = session.clone();
+        let desc = desc.clone();
+        let stats = stats.clone();
+        let key = desc.digest.to_string();
+        self.blob_work
+            .run(&key, move || async move {
+                this.download(&session, &desc, &stats).await
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn download(&self, session: &Session, desc: &Descriptor, stats: &Stats) -> Result<u64> {
+        let _slot = self
+            .download_slots
+            .acquire()
+            .await
+            .map_err(|_| Error::Internal("download slots closed".into()))?;
+        if self.content.has(&desc.digest, Some(desc.size)) {
+            return Ok(0);
+        }
+        let non_distributable = manifest::layer_kind(&desc.media_type).is_some_and(|(_, nd)| nd);
+        let label = format!("blob {}", desc.digest);
+        let mut last = None;
+        for host in session.hosts.iter().filter(|h| h.capabilities.pull) {
+            let start = Instant::now();
+            let result = async {
+                let resp = session
+                    .get(host, &format!("blobs/{}", desc.digest), "", &label)
+                    .await?;
+                self.content
+                    .write_stream(
+                        &host.authority,
+                        &desc.digest,
+                        desc.size,
+                        resp.into_body(),
+                        session.timeout,
+                    )
+                    .await
+            }
+            .await;
+            match result {
+                Ok(n) => {
+                    stats.fetched(start, n);
+                    return Ok(n);
+                }
+                Err(e) => {
+                    tracing::warn!(host = %host, "{label}: {e}");
+                    last = Some(e);
+                }
+            }
+        }
+        let err = last.unwrap_or_else(|| no_hosts(&label));
+        if non_distributable && err.kind() == ErrorKind::NotFound {
+            return Err(Error::NonDistributable {
+                digest: desc.digest.clone(),
+                media_type: desc.media_type.clone(),
+                urls: desc.urls.clone(),
+            });
+        }
+        Err(err)
+    }
+
+    /// Unpacks a fetched layer into the snapshot for `chain`, once however many pulls ask.
+    async fn unpack(
+        self: &Arc<Self>,
+        layer: &Descriptor,
+        diff: &Digest,
+        chain: &Digest,
+        stats: &Arc<Stats>,
+    ) -> Result<()> {
+        let dest = self.snapshot_dir(chain);
+        if dest.join("fs").is_dir() {
+            return Ok(());
+        }
+        let this = self.clone();
+        let digest = layer.digest.clone();
+        let diff = diff.clone();
+        let stats = stats.clone();
+        self.snapshot_work
+            .run(chain.as_str(), move || async move {
+                let slot = this
+                    .unpack_slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| Error::Internal("unpack slots closed".into()))?;
+                if dest.join("fs").is_dir() {
+                    return Ok(UnpackStats::default());
+                }
+                let start = Instant::now();
+                let blob = this.content.path(&digest);
+                let unpacked = tokio::task::spawn_blocking(move || {
+                    let _slot = slot;
+                    unpack_layer(&blob, &digest, &diff, &dest)
+                })
+                .await
+                .map_err(|e| Error::Internal(format!("unpack task: {e}")))??;
+                stats.unpacked(start, unpacked.tar_bytes);
+                Ok(unpacked)
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+fn no_hosts(what: &str) -> Error {
+    Error::Internal(format!(
+        "{what}: no registry host may serve it (check the capabilities in hosts.toml)"
+    ))
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(
+    data: &[u8],
+    what: &str,
+    digest: &Digest,
+) -> Result<T> {
+    serde_json::from_slice(data).map_err(|source| Error::BadJson {
+        what: what.to_string(),
+        digest: digest.clone(),
+        source,
+    })
+}

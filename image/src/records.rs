@@ -1,0 +1,172 @@
+//! Image records and their persistence. The daemon keeps its own state in a redb database;
+//! to stay independent of it this crate stores each image record as a JSON file,
+//! `<root>/images/<id-hex>.json`, and each snapshot lease as `<root>/leases/<holder>.json`,
+//! written to a temp file, fsynced and renamed, so a record is either the old or the new one
+//! after a crash.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::content::{fsync_dir, unique_suffix, TempPath};
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+
+/// One image as CRI sees it, plus what crius needs to keep its content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRecord {
+    /// `sha256:<config digest hex>`.
+    pub id: String,
+    /// `docker.io/library/busybox:latest`, …; a tag belongs to one image at a time.
+    pub repo_tags: Vec<String>,
+    /// `docker.io/library/busybox@sha256:…` (the digest the registry resolved).
+    pub repo_digests: Vec<String>,
+    /// Bytes of the config and the compressed layers.
+    pub size: u64,
+    pub config_digest: Digest,
+    pub manifest_digest: Digest,
+    /// The index the manifest was chosen from, if any.
+    #[serde(default)]
+    pub index_digest: Option<Digest>,
+    /// Compressed layer blobs, bottom first.
+    pub layers: Vec<Digest>,
+    /// Snapshot chain IDs, bottom first.
+    pub chain_ids: Vec<Digest>,
+    /// From the config's `User`: a numeric user ...
+    pub uid: Option<i64>,
+    /// ... or a user name (empty when numeric or unset).
+    pub username: String,
+    /// Pinned images are never garbage collected by kubelet.
+    pub pinned: bool,
+    /// When the image was first pulled, seconds since the epoch.
+    pub pulled_at: u64,
+}
+
+impl ImageRecord {
+    /// Every blob the image needs kept in the content store.
+    pub fn blobs(&self) -> impl Iterator<Item = &Digest> {
+        self.index_digest
+            .iter()
+            .chain([&self.manifest_digest, &self.config_digest])
+            .chain(self.layers.iter())
+    }
+}
+
+/// `User` of an image config as CRI reports it: `1000`, `1000:1000` → uid 1000; `nobody` or
+/// `nobody:group` → username; empty → neither.
+pub fn user_of(user: &str) -> (Option<i64>, String) {
+    let name = user.split(':').next().unwrap_or("");
+    if name.is_empty() {
+        return (None, String::new());
+    }
+    match name.parse::<i64>() {
+        Ok(uid) => (Some(uid), String::new()),
+        Err(_) => (None, name.to_string()),
+    }
+}
+
+/// A directory of JSON files, one per key.
+#[derive(Debug, Clone)]
+pub(crate) struct JsonDir {
+    dir: PathBuf,
+}
+
+impl JsonDir {
+    pub(crate) fn open(dir: PathBuf) -> Result<Self> {
+        std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
+        // Leftover temp files of an interrupted write.
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with(".tmp-") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        Ok(Self { dir })
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.json"))
+    }
+
+    pub(crate) fn save<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
+        let path = self.path(key);
+        let data = serde_json::to_vec_pretty(value)
+            .map_err(|e| Error::Internal(format!("encode {}: {e}", path.display())))?;
+        let tmp = TempPath::new(self.dir.join(format!(".tmp-{key}-{}", unique_suffix())));
+        let mut f = std::fs::File::create(tmp.path()).map_err(Error::io("create", tmp.path()))?;
+        f.write_all(&data)
+            .and_then(|()| f.sync_all())
+            .map_err(Error::io("write", tmp.path()))?;
+        std::fs::rename(tmp.path(), &path).map_err(Error::io("commit", &path))?;
+        tmp.keep();
+        fsync_dir(&self.dir)
+    }
+
+    pub(crate) fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key);
+        match std::fs::remove_file(&path) {
+            Ok(()) => fsync_dir(&self.dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove", path)(e)),
+        }
+    }
+
+    /// Every readable entry; unreadable files are logged and skipped so one bad file does not
+    /// hide every image.
+    pub(crate) fn load_all<T: DeserializeOwned>(&self) -> Result<Vec<(String, T)>> {
+        let rd = std::fs::read_dir(&self.dir).map_err(Error::io("list", &self.dir))?;
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(key) = name.strip_suffix(".json") else {
+                continue;
+            };
+            if key.starts_with('.') {
+                continue;
+            }
+            match read_json(&e.path()) {
+                Ok(v) => out.push((key.to_string(), v)),
+                Err(err) => tracing::warn!("skipping unreadable record: {err}"),
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let data = std::fs::read(path).map_err(Error::io("read", path))?;
+    serde_json::from_slice(&data)
+        .map_err(|e| Error::Internal(format!("decode {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users() {
+        assert_eq!(user_of(""), (None, String::new()));
+        assert_eq!(user_of("1000"), (Some(1000), String::new()));
+        assert_eq!(user_of("1000:1000"), (Some(1000), String::new()));
+        assert_eq!(user_of("nobody"), (None, "nobody".into()));
+        assert_eq!(user_of("www:www"), (None, "www".into()));
+        assert_eq!(user_of("0"), (Some(0), String::new()));
+    }
+
+    #[test]
+    fn json_dir_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JsonDir::open(dir.path().join("x")).unwrap();
+        store.save("a", &vec![1, 2]).unwrap();
+        store.save("a", &vec![3]).unwrap();
+        std::fs::write(dir.path().join("x/bad.json"), "{").unwrap();
+        let all: Vec<(String, Vec<i32>)> = store.load_all().unwrap();
+        assert_eq!(all, vec![("a".to_string(), vec![3])]);
+        store.delete("a").unwrap();
+        store.delete("a").unwrap();
+        assert!(store.load_all::<Vec<i32>>().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,521 @@
+//! [`ImageStore`]: the crate's entry point. It owns the content store, the snapshots and the
+//! image records under one root directory:
+//!
+//! ```text
+//! <root>/content/sha256/<hex>      verified blobs (manifests, configs, layers)
+//! <root>/content/ingest/           downloads in progress (emptied at open)
+//! <root>/snapshots/<chain-hex>/fs  one unpacked layer each, an overlay lowerdir
+//! <root>/images/<id-hex>.json      image records
+//! <root>/leases/<holder>.json      snapshots held for a container
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::content::{unique_suffix, ContentStore};
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+use crate::manifest::Platform;
+use crate::records::{ImageRecord, JsonDir};
+use crate::reference::Reference;
+use crate::registry::Clients;
+use crate::singleflight::Singleflight;
+
+/// Settings of an [`ImageStore`]; every field has a default.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Root directory of blobs, snapshots and records.
+    pub root: PathBuf,
+    /// containerd-style `hosts.toml` directory (`[registry] config_path`).
+    pub registry_config_dir: Option<PathBuf>,
+    /// Blobs downloaded at once, across all pulls.
+    pub max_concurrent_downloads: usize,
+    /// Layers unpacked at once, across all pulls.
+    pub max_concurrent_unpacks: usize,
+    /// A download (or a registry response) that makes no progress for this long is cancelled.
+    pub no_progress_timeout: Duration,
+    /// The platform chosen from an image index.
+    pub platform: Platform,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            root: PathBuf::from("/var/lib/crius"),
+            registry_config_dir: Some(PathBuf::from("/etc/crius/certs.d")),
+            max_concurrent_downloads: 3,
+            max_concurrent_unpacks: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            no_progress_timeout: Duration::from_secs(5 * 60),
+            platform: Platform::host(),
+        }
+    }
+}
+
+/// Bytes and inodes used by the image store, for CRI's ImageFsInfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsUsage {
+    /// The directory the usage is for (the snapshots directory).
+    pub mountpoint: PathBuf,
+    pub used_bytes: u64,
+    pub inodes_used: u64,
+}
+
+/// What a garbage collection removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GcStats {
+    pub blobs_removed: usize,
+    pub snapshots_removed: usize,
+}
+
+/// Images: pull, look up, list, remove, hold for containers, collect garbage. Cheap to clone.
+#[derive(Clone)]
+pub struct ImageStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: StoreConfig,
+    pub(crate) content: ContentStore,
+    pub(crate) snapshots: PathBuf,
+    pub(crate) records_dir: JsonDir,
+    pub(crate) leases_dir: JsonDir,
+    pub(crate) records: RwLock<HashMap<String, ImageRecord>>,
+    pub(crate) leases: RwLock<HashMap<String, Vec<Digest>>>,
+    pub(crate) clients: Arc<Clients>,
+    pub(crate) pulls: Singleflight<crate::pull::PullOutcome>,
+    pub(crate) blob_work: Singleflight<u64>,
+    pub(crate) snapshot_work: Singleflight<crate::unpack::UnpackStats>,
+    pub(crate) download_slots: Semaphore,
+    pub(crate) unpack_slots: Arc<Semaphore>,
+    /// Pulls hold it shared; garbage collection exclusively, so it never removes what a pull
+    /// in progress has fetched but not yet recorded.
+    pub(crate) gc_gate: tokio::sync::RwLock<()>,
+    pub(crate) gc_pending: AtomicBool,
+}
+
+fn poisoned() -> Error {
+    Error::Internal("image store lock poisoned".into())
+}
+
+impl ImageStore {
+    /// Opens the store at `config.root`, loading the records and removing what an interrupted
+    /// pull left behind.
+    pub fn open(config: StoreConfig) -> Result<Self> {
+        let root = &config.root;
+        let content = ContentStore::open(root)?;
+        let snapshots = root.join("snapshots");
+        std::fs::create_dir_all(&snapshots).map_err(Error::io("create", &snapshots))?;
+        if let Ok(rd) = std::fs::read_dir(&snapshots) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with("tmp-") {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        let records_dir = JsonDir::open(root.join("images"))?;
+        let leases_dir = JsonDir::open(root.join("leases"))?;
+        let records: HashMap<String, ImageRecord> = records_dir
+            .load_all::<ImageRecord>()?
+            .into_iter()
+            .map(|(_, r)| (r.id.clone(), r))
+            .collect();
+        let leases: HashMap<String, Vec<Digest>> = leases_dir.load_all()?.into_iter().collect();
+        let inner = Inner {
+            download_slots: Semaphore::new(config.max_concurrent_downloads.max(1)),
+            unpack_slots: Arc::new(Semaphore::new(config.max_concurrent_unpacks.max(1))),
+            config,
+            content,
+            snapshots,
+            records_dir,
+            leases_dir,
+            records: RwLock::new(records),
+            leases: RwLock::new(leases),
+            clients: Arc::new(Clients::default()),
+            pulls: Singleflight::default(),
+            blob_work: Singleflight::default(),
+            snapshot_work: Singleflight::default(),
+            gc_gate: tokio::sync::RwLock::new(()),
+            gc_pending: AtomicBool::new(false),
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    pub fn content(&self) -> &ContentStore {
+        &self.inner.content
+    }
+
+    /// The image named by `name`: a full id (`sha256:<hex>` or `<hex>`), a reference
+    /// (`busybox`, `repo:tag`, `repo@sha256:…`), or a unique id prefix of 12+ hex characters.
+    /// None if no image matches.
+    pub fn get(&self, name: &str) -> Result<Option<ImageRecord>> {
+        let records = self.inner.records.read().map_err(|_| poisoned())?;
+        Ok(resolve(&records, name).and_then(|id| records.get(&id).cloned()))
+    }
+
+    /// All images, or those `filter` names (same forms as [`ImageStore::get`]).
+    pub fn list(&self, filter: Option<&str>) -> Result<Vec<ImageRecord>> {
+        let records = self.inner.records.read().map_err(|_| poisoned())?;
+        let mut out: Vec<ImageRecord> = match filter.filter(|f| !f.is_empty()) {
+            None => records.values().cloned().collect(),
+            Some(f) => resolve(&records, f)
+                .and_then(|id| records.get(&id).cloned())
+                .into_iter()
+                .collect(),
+        };
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// The image config JSON, as the registry served it (for verbose ImageStatus).
+    pub fn config_json(&self, record: &ImageRecord) -> Result<String> {
+        let data = self.inner.content.read(&record.config_digest)?;
+        String::from_utf8(data)
+            .map_err(|_| Error::Internal(format!("config {} is not UTF-8", record.config_digest)))
+    }
+
+    /// Marks an image pinned or not (kubelet never collects pinned images).
+    pub fn set_pinned(&self, name: &str, pinned: bool) -> Result<ImageRecord> {
+        let mut records = self.inner.records.write().map_err(|_| poisoned())?;
+        let id = resolve(&records, name).ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
+        let record = records
+            .get_mut(&id)
+            .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
+        record.pinned = pinned;
+        self.inner.records_dir.save(id_hex(&id), record)?;
+        Ok(record.clone())
+    }
+
+    /// Removes the image `name` (id, tag or digest) with all its tags, then frees the blobs
+    /// and snapshots nothing else uses. Returns the removed id; None (not an error) if no such
+    /// image exists, so removal is idempotent.
+    pub async fn remove(&self, name: &str) -> Result<Option<String>> {
+        let removed = {
+            let mut records = self.inner.records.write().map_err(|_| poisoned())?;
+            match resolve(&records, name) {
+                None => None,
+                Some(id) => {
+                    self.inner.records_dir.delete(id_hex(&id))?;
+                    records.remove(&id);
+                    Some(id)
+                }
+            }
+        };
+        if removed.is_some() {
+            self.gc().await?;
+        }
+        Ok(removed)
+    }
+
+    /// The overlay lowerdirs of an image, top layer first (the order `lowerdir=` wants).
+    pub fn lowerdirs(&self, name: &str) -> Result<Vec<PathBuf>> {
+        let record = self
+            .get(name)?
+            .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
+        self.inner.lowerdirs_of(&record.chain_ids, &record.id)
+    }
+
+    /// Holds the snapshots of image `name` for `holder` (a container id) so that removing the
+    /// image keeps them until [`ImageStore::release`]. Persisted; returns the lowerdirs.
+    pub fn lease(&self, holder: &str, name: &str) -> Result<Vec<PathBuf>> {
+        check_holder(holder)?;
+        let record = self
+            .get(name)?
+            .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
+        let dirs = self.inner.lowerdirs_of(&record.chain_ids, &record.id)?;
+        let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
+        self.inner.leases_dir.save(holder, &record.chain_ids)?;
+        leases.insert(holder.to_string(), record.chain_ids.clone());
+        Ok(dirs)
+    }
+
+    /// The lowerdirs a holder's lease keeps, if it has one (e.g. after the image was removed).
+    pub fn leased_lowerdirs(&self, holder: &str) -> Result<Option<Vec<PathBuf>>> {
+        let leases = self.inner.leases.read().map_err(|_| poisoned())?;
+        match leases.get(holder) {
+            None => Ok(None),
+            Some(chain) => Ok(Some(self.inner.lowerdirs_of(chain, holder)?)),
+        }
+    }
+
+    /// Drops `holder`'s lease (idempotent) and frees what only it kept.
+    pub async fn release(&self, holder: &str) -> Result<()> {
+        check_holder(holder)?;
+        let had = {
+            let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
+            self.inner.leases_dir.delete(holder)?;
+            leases.remove(holder).is_some()
+        };
+        if had {
+            self.gc().await?;
+        }
+        Ok(())
+    }
+
+    /// Removes blobs and snapshots no image record or lease references. If a pull is in
+    /// progress the collection is deferred until it ends (and this returns zero counts).
+    pub async fn gc(&self) -> Result<GcStats> {
+        self.inner.clone().gc().await
+    }
+
+    /// Bytes and inodes used by blobs and snapshots.
+    pub async fn fs_usage(&self) -> Result<FsUsage> {
+        let root = self.inner.config.root.clone();
+        let snapshots = self.inner.snapshots.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut seen = HashSet::new();
+            let mut usage = (0u64, 0u64);
+            for dir in [root.join("content"), snapshots.clone()] {
+                du(&dir, &mut seen, &mut usage);
+            }
+            FsUsage {
+                mountpoint: snapshots,
+                used_bytes: usage.0,
+                inodes_used: usage.1,
+            }
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("fs usage task: {e}")))
+    }
+}
+
+impl Inner {
+    pub(crate) fn snapshot_dir(&self, chain: &Digest) -> PathBuf {
+        self.snapshots.join(chain.hex())
+    }
+
+    fn lowerdirs_of(&self, chain_ids: &[Digest], image: &str) -> Result<Vec<PathBuf>> {
+        chain_ids
+            .iter()
+            .rev()
+            .map(|c| {
+                let fs = self.snapshot_dir(c).join("fs");
+                if fs.is_dir() {
+                    Ok(fs)
+                } else {
+                    Err(Error::Incomplete {
+                        image: image.to_string(),
+                        reason: format!("snapshot {c} is missing"),
+                    })
+                }
+            })
+            .collect()
+    }
+
+    pub(crate) async fn gc(self: Arc<Self>) -> Result<GcStats> {
+        let Ok(gate) = self.gc_gate.try_write() else {
+            self.gc_pending
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return Ok(GcStats::default());
+        };
+        let (blobs, chains) = {
+            let records = self.records.read().map_err(|_| poisoned())?;
+            let leases = self.leases.read().map_err(|_| poisoned())?;
+            let blobs: HashSet<Digest> =
+                records.values().flat_map(|r| r.blobs().cloned()).collect();
+            let chains: HashSet<String> = records
+                .values()
+                .flat_map(|r| r.chain_ids.iter())
+                .chain(leases.values().flatten())
+                .map(|c| c.hex().to_string())
+                .collect();
+            (blobs, chains)
+        };
+        let this = self.clone();
+        let stats = tokio::task::spawn_blocking(move || -> Result<GcStats> {
+            let mut stats = GcStats::default();
+            for d in this.content.list()? {
+                if !blobs.contains(&d) {
+                    this.content.remove(&d)?;
+                    stats.blobs_removed += 1;
+                }
+            }
+            let rd =
+                std::fs::read_dir(&this.snapshots).map_err(Error::io("list", &this.snapshots))?;
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("tmp-") || chains.contains(&name) {
+                    continue;
+                }
+                // Rename first so a half-removed snapshot is never mistaken for a complete one.
+                let doomed = this
+                    .snapshots
+                    .join(format!("tmp-rm-{name}-{}", unique_suffix()));
+                std::fs::rename(e.path(), &doomed)
+                    .map_err(Error::io("remove snapshot", e.path()))?;
+                std::fs::remove_dir_all(&doomed).map_err(Error::io("remove snapshot", &doomed))?;
+                stats.snapshots_removed += 1;
+            }
+            Ok(stats)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("gc task: {e}")))??;
+        drop(gate);
+        if stats != GcStats::default() {
+            tracing::info!(
+                blobs = stats.blobs_removed,
+                snapshots = stats.snapshots_removed,
+                "image gc"
+            );
+        }
+        Ok(stats)
+    }
+}
+
+pub(crate) fn id_hex(id: &str) -> &str {
+    id.strip_prefix("sha256:").unwrap_or(id)
+}
+
+fn check_holder(holder: &str) -> Result<()> {
+    let ok = !holder.is_empty()
+        && holder.len() <= 256
+        && !holder.starts_with('.')
+        && holder
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Internal(format!("invalid lease holder {holder:?}")))
+    }
+}
+
+fn is_hex(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Finds the id of the image `name` refers to.
+fn resolve(records: &HashMap<String, ImageRecord>, name: &str) -> Option<String> {
+    let name = name.trim();
+    if name.is_empty() {
+        return None;
+    }
+    let hex = name.strip_prefix("sha256:").unwrap_or(name);
+    if hex.len() == 64 && is_hex(hex) {
+        let id = format!("sha256:{hex}");
+        if records.contains_key(&id) {
+            return Some(id);
+        }
+    }
+    if let Ok(reference) = Reference::parse(name) {
+        let found = match reference.digest() {
+            Some(d) => {
+                let wanted = reference.repo_digest(d);
+                records.values().find(|r| r.repo_digests.contains(&wanted))
+            }
+            None => {
+                let wanted = reference.repo_tag();
+                records
+                    .values()
+                    .find(|r| wanted.as_ref().is_some_and(|t| r.repo_tags.contains(t)))
+            }
+        };
+        if let Some(r) = found {
+            return Some(r.id.clone());
+        }
+    }
+    if hex.len() >= 12 && is_hex(hex) {
+        let mut matches = records.keys().filter(|id| id_hex(id).starts_with(hex));
+        if let (Some(one), None) = (matches.next(), matches.next()) {
+            return Some(one.clone());
+        }
+    }
+    None
+}
+
+/// Adds up allocated bytes and inodes under `dir`, counting hard-linked inodes once.
+fn du(dir: &Path, seen: &mut HashSet<(u64, u64)>, usage: &mut (u64, u64)) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(m) = e.metadata() else { continue };
+        if m.nlink() > 1 && !m.is_dir() && !seen.insert((m.dev(), m.ino())) {
+            continue;
+        }
+        usage.0 += m.blocks() * 512;
+        usage.1 += 1;
+        if m.is_dir() {
+            du(&e.path(), seen, usage);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(hex_char: char, tags: &[&str], digests: &[&str]) -> ImageRecord {
+        let d = Digest::parse(&format!("sha256:{}", hex_char.to_string().repeat(64))).unwrap();
+        ImageRecord {
+            id: d.to_string(),
+            repo_tags: tags.iter().map(|s| s.to_string()).collect(),
+            repo_digests: digests.iter().map(|s| s.to_string()).collect(),
+            size: 1,
+            config_digest: d.clone(),
+            manifest_digest: d.clone(),
+            index_digest: None,
+            layers: vec![],
+            chain_ids: vec![],
+            uid: None,
+            username: String::new(),
+            pinned: false,
+            pulled_at: 0,
+        }
+    }
+
+    #[test]
+    fn name_resolution() {
+        let m = format!("sha256:{}", "9".repeat(64));
+        let a = rec(
+            'a',
+            &["docker.io/library/busybox:latest"],
+            &[&format!("docker.io/library/busybox@{m}")],
+        );
+        let b = rec('b', &["127.0.0.1:5000/x:v1"], &[]);
+        let records: HashMap<_, _> = [(a.id.clone(), a.clone()), (b.id.clone(), b.clone())].into();
+        assert_eq!(resolve(&records, &a.id), Some(a.id.clone()));
+        assert_eq!(resolve(&records, &"a".repeat(64)), Some(a.id.clone()));
+        assert_eq!(resolve(&records, "busybox"), Some(a.id.clone()));
+        assert_eq!(resolve(&records, "busybox:latest"), Some(a.id.clone()));
+        assert_eq!(
+            resolve(&records, "docker.io/library/busybox"),
+            Some(a.id.clone())
+        );
+        assert_eq!(
+            resolve(&records, &format!("busybox@{m}")),
+            Some(a.id.clone())
+        );
+        assert_eq!(resolve(&records, "127.0.0.1:5000/x:v1"), Some(b.id.clone()));
+        assert_eq!(resolve(&records, &"b".repeat(12)), Some(b.id.clone()));
+        assert_eq!(
+            resolve(&records, &"b".repeat(5)),
+            None,
+            "short prefixes are not ids"
+        );
+        assert_eq!(resolve(&records, "127.0.0.1:5000/x:v2"), None);
+        assert_eq!(resolve(&records, "alpine"), None);
+        assert_eq!(resolve(&records, ""), None);
+        assert_eq!(resolve(&records, "NOT A REF"), None);
+    }
+
+    #[test]
+    fn holders() {
+        assert!(check_holder("abc-123_x.y").is_ok());
+        for bad in ["", "../x", "a/b", ".hidden"] {
+            assert!(check_holder(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -9,6 +9,7 @@ use crius_api::v1::runtime_service_client::RuntimeServiceClient;
 use hyper_util::rt::TokioIo;
 use nix::sys::signal::Signal;
 use tokio::net::UnixStream;
+use tokio::runtime::Handle;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::process::{
@@ -33,6 +34,10 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 pub struct Crius {
     bin: PathBuf,
     child: Option<Child>,
+    // Drives the gRPC connection. A runtime of its own, because a test's runtime may be blocked
+    // (in `stop`, in drop, in a blocking fixture call) exactly when crius sends GOAWAY on
+    // SIGTERM; a connection nobody drives keeps crius waiting for its drain timeout.
+    grpc: Option<tokio::runtime::Runtime>,
     runtime: RuntimeServiceClient<Channel>,
     image: ImageServiceClient<Channel>,
     // Dropped last, after `Drop::drop` has stopped the process.
@@ -56,10 +61,17 @@ impl Crius {
             std::fs::create_dir(&path)
                 .map_err(|source| Error::io("create crius dir", &path, source))?;
         }
-        let (child, channel) = launch(&bin, &dir).await?;
+        let grpc = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("crius-tests-grpc")
+            .enable_all()
+            .build()
+            .map_err(|source| Error::io("start the gRPC client runtime", "", source))?;
+        let (child, channel) = launch(&bin, &dir, grpc.handle()).await?;
         Ok(Crius {
             bin,
             child: Some(child),
+            grpc: Some(grpc),
             runtime: RuntimeServiceClient::new(channel.clone()),
             image: ImageServiceClient::new(channel),
             dir,
@@ -161,7 +173,14 @@ impl Crius {
             self.stop()?;
         }
         log_marker(&self.log_path(), "restart");
-        let (child, channel) = launch(&self.bin, &self.dir).await?;
+        let Some(grpc) = self.grpc.as_ref() else {
+            return Err(Error::io(
+                "restart crius",
+                self.dir(),
+                std::io::Error::other("the gRPC client runtime is gone"),
+            ));
+        };
+        let (child, channel) = launch(&self.bin, &self.dir, grpc.handle()).await?;
         self.child = Some(child);
         self.runtime = RuntimeServiceClient::new(channel.clone());
         self.image = ImageServiceClient::new(channel);
@@ -176,6 +195,10 @@ impl Drop for Crius {
                 eprintln!("crius-tests: stop crius: {err}");
             }
         }
+        if let Some(grpc) = self.grpc.take() {
+            // Allowed inside an async context, unlike dropping the runtime.
+            grpc.shutdown_background();
+        }
         if std::thread::panicking() {
             eprintln!(
                 "--- crius log ({}) ---\n{}",
@@ -186,8 +209,8 @@ impl Drop for Crius {
     }
 }
 
-/// Spawns crius on `dir` and connects to its socket.
-async fn launch(bin: &Path, dir: &TestDir) -> Result<(Child, Channel)> {
+/// Spawns crius on `dir` and connects to its socket; the connection runs on `grpc`.
+async fn launch(bin: &Path, dir: &TestDir, grpc: &Handle) -> Result<(Child, Channel)> {
     let socket = dir.join("crius.sock");
     let log = dir.join("crius.log");
     let mut command = Command::new(bin);
@@ -204,7 +227,7 @@ async fn launch(bin: &Path, dir: &TestDir) -> Result<(Child, Channel)> {
         .env("RUST_BACKTRACE", "1");
     let mut child = spawn_logged(command, "crius", &log)?;
 
-    match wait_for_socket(&mut child, &socket).await {
+    match wait_for_socket(&mut child, &socket, grpc).await {
         Ok(channel) => Ok((child, channel)),
         Err(reason) => {
             let _ = kill_and_reap(&mut child, "crius");
@@ -218,16 +241,23 @@ async fn launch(bin: &Path, dir: &TestDir) -> Result<(Child, Channel)> {
 }
 
 /// Polls until the socket accepts a connection, then opens the gRPC channel on it.
-async fn wait_for_socket(child: &mut Child, socket: &Path) -> std::result::Result<Channel, String> {
+async fn wait_for_socket(
+    child: &mut Child,
+    socket: &Path,
+    grpc: &Handle,
+) -> std::result::Result<Channel, String> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("exited with {status}"));
         }
         if UnixStream::connect(socket).await.is_ok() {
-            return connect(socket)
-                .await
-                .map_err(|err| format!("{err}: {:?}", std::error::Error::source(&err)));
+            let socket = socket.to_path_buf();
+            return match grpc.spawn(async move { connect(&socket).await }).await {
+                Ok(Ok(channel)) => Ok(channel),
+                Ok(Err(err)) => Err(format!("{err:?}")),
+                Err(join) => Err(format!("connect task failed: {join}")),
+            };
         }
         if Instant::now() >= deadline {
             return Err(format!(
@@ -240,6 +270,8 @@ async fn wait_for_socket(child: &mut Child, socket: &Path) -> std::result::Resul
 }
 
 /// A tonic channel over a unix socket (the URI is a placeholder; the connector ignores it).
+///
+/// The channel's connection task runs on the runtime this is called on.
 pub async fn connect(socket: &Path) -> Result<Channel> {
     let path = socket.to_path_buf();
     let endpoint = Endpoint::from_static("http://crius.sock");

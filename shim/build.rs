@@ -1,0 +1,46 @@
+//! Builds the static `crius-pause` (see `src/bin/crius-pause.rs`) into `OUT_DIR`.
+//!
+//! Cargo cannot give one binary of a package its own panic strategy or link mode, so the
+//! static, `no_std` build of the pause program is made here with the same `rustc` cargo uses;
+//! `crius-shim` embeds it (`--install-pause`) and tests find it through `CRIUS_PAUSE_STATIC`.
+
+use std::env;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let src = "src/bin/crius-pause.rs";
+    println!("cargo::rerun-if-changed={src}");
+    println!("cargo::rustc-check-cfg=cfg(static_pause)");
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR for build scripts"))
+        .join("crius-pause");
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let target = env::var("TARGET").expect("cargo sets TARGET for build scripts");
+    let status = Command::new(rustc)
+        .args([
+            "--edition",
+            "2021",
+            "--crate-type",
+            "bin",
+            "--crate-name",
+            "crius_pause",
+        ])
+        .args(["--target", &target, "--cfg", "static_pause"])
+        .args([
+            "-C",
+            "panic=abort",
+            "-C",
+            "opt-level=s",
+            "-C",
+            "relocation-model=static",
+        ])
+        .args(["-C", "link-arg=-nostartfiles", "-C", "link-arg=-nostdlib"])
+        .args(["-C", "link-arg=-static", "-C", "strip=symbols"])
+        .arg(src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run rustc for the static crius-pause");
+    assert!(status.success(), "building the static crius-pause failed");
+    println!("cargo::rustc-env=CRIUS_PAUSE_STATIC={}", out.display());
+}

@@ -1,0 +1,55 @@
+//! Durable exit records: `containers/<id>/exit.json`, written so that a reader sees either no
+//! file or a complete one, even across a crash (temp file, fsync, rename, fsync of the directory).
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::Path;
+
+use crius_api::shim::{ExitInfo, EXIT_FILE};
+
+/// Write `exit` to `<dir>/exit.json` atomically.
+pub fn write(dir: &Path, exit: &ExitInfo) -> io::Result<()> {
+    let bytes = serde_json::to_vec(exit).map_err(io::Error::other)?;
+    write_atomic(dir, EXIT_FILE, &bytes)
+}
+
+/// Replace `<dir>/<name>` by `bytes` atomically and durably.
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut file = File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, dir.join(name))?;
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_the_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let cdir = dir.path().join("containers").join("c1");
+        fs::create_dir_all(&cdir).unwrap();
+        assert_eq!(
+            crius_api::shim::read_exit_file(dir.path(), "c1").unwrap(),
+            None
+        );
+        let exit = ExitInfo {
+            pid: 42,
+            exit_code: 137,
+            signal: Some(9),
+            finished_at: "2023-11-14T22:13:20.123456789Z".into(),
+            finished_at_unix_nano: 1_700_000_000_123_456_789,
+            oom_killed: true,
+        };
+        write(&cdir, &exit).unwrap();
+        assert_eq!(
+            crius_api::shim::read_exit_file(dir.path(), "c1").unwrap(),
+            Some(exit)
+        );
+        assert!(!cdir.join(".exit.json.tmp").exists());
+    }
+}

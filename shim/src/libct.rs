@@ -1,0 +1,180 @@
+//! The calls into youki's libcontainer.
+//!
+//! `create` and `exec` run in fork helpers (see [`crate::fork_helper`]); `start`, `kill_all`
+//! and `delete` run in the shim itself: they only load the container's state, signal, and
+//! remove files and cgroups, and leave the calling process as it was (`start` changes the
+//! working directory and restores it).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+
+use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::container::Container;
+use libcontainer::signal::Signal;
+use libcontainer::syscall::syscall::SyscallType;
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+/// Name of the console socket in a container's state directory (tty containers).
+pub const CONSOLE_SOCKET: &str = "console.sock";
+
+/// The descriptors a new container's init gets.
+pub struct InitStdio {
+    pub stdin: Option<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
+    /// For a tty container: the directory in which to listen for the pty master.
+    pub console_dir: Option<PathBuf>,
+}
+
+/// Create a container (in a fork helper): returns the init's pid and, for a tty, the pty master.
+pub fn create(
+    id: &str,
+    bundle: &Path,
+    root: &Path,
+    stdio: InitStdio,
+) -> Result<(i32, Option<OwnedFd>), String> {
+    let console = match &stdio.console_dir {
+        Some(dir) => Some(bind_console(dir)?),
+        None => None,
+    };
+    let mut builder = ContainerBuilder::new(id.to_owned(), SyscallType::default())
+        .with_root_path(root)
+        .map_err(|e| chain("libcontainer root", &e))?
+        .validate_id()
+        .map_err(|e| chain("container id", &e))?;
+    if let Some(fd) = stdio.stdin {
+        builder = builder.with_stdin(fd);
+    }
+    if let Some(fd) = stdio.stdout {
+        builder = builder.with_stdout(fd);
+    }
+    if let Some(fd) = stdio.stderr {
+        builder = builder.with_stderr(fd);
+    }
+    let console_path = stdio.console_dir.as_ref().map(|d| d.join(CONSOLE_SOCKET));
+    let container = builder
+        .with_console_socket(console_path.as_deref())
+        .as_init(bundle)
+        .with_systemd(false)
+        .with_detach(true)
+        .build()
+        .map_err(|e| chain("libcontainer create", &e))?;
+    let pid = container
+        .pid()
+        .ok_or_else(|| "libcontainer create: no init pid in state".to_owned())?
+        .as_raw();
+    let master = match console {
+        Some(listener) => Some(receive_master(&listener)?),
+        None => None,
+    };
+    Ok((pid, master))
+}
+
+/// Start an exec process in a running container (in a fork helper): returns its pid once it
+/// has exec'd the command.
+pub fn exec(
+    id: &str,
+    root: &Path,
+    process_json: &Path,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+) -> Result<(i32, Option<OwnedFd>), String> {
+    let pid = ContainerBuilder::new(id.to_owned(), SyscallType::default())
+        .with_root_path(root)
+        .map_err(|e| chain("libcontainer root", &e))?
+        .with_stdout(stdout)
+        .with_stderr(stderr)
+        .as_tenant()
+        .with_process(Some(process_json))
+        .with_detach(false)
+        .build()
+        .map_err(|e| chain("libcontainer exec", &e))?;
+    Ok((pid.as_raw(), None))
+}
+
+/// Let a created container's init exec the user process.
+pub fn start(root: &Path, id: &str) -> Result<(), String> {
+    let mut container =
+        Container::load(root.join(id)).map_err(|e| chain("load container state", &e))?;
+    container
+        .start()
+        .map_err(|e| chain("libcontainer start", &e))
+}
+
+/// Signal every process in the container's cgroup.
+pub fn kill_all(root: &Path, id: &str, signal: i32) -> Result<(), String> {
+    let signal = Signal::try_from(signal).map_err(|e| chain("signal", &e))?;
+    let mut container =
+        Container::load(root.join(id)).map_err(|e| chain("load container state", &e))?;
+    container
+        .kill(signal, true)
+        .map_err(|e| chain("libcontainer kill", &e))
+}
+
+/// Remove the container's cgroup and libcontainer state (killing what is left in the cgroup).
+pub fn delete(root: &Path, id: &str) -> Result<(), String> {
+    let dir = root.join(id);
+    if !dir.exists() {
+        return Ok(());
+    }
+    let mut container = Container::load(dir).map_err(|e| chain("load container state", &e))?;
+    container
+        .delete(true)
+        .map_err(|e| chain("libcontainer delete", &e))
+}
+
+/// Listen on `<dir>/console.sock`, binding by a relative name so that long state paths do not
+/// hit the 108-byte limit of socket addresses.
+fn bind_console(dir: &Path) -> Result<UnixListener, String> {
+    std::env::set_current_dir(dir).map_err(|e| chain("enter container state dir", &e))?;
+    let _ = std::fs::remove_file(CONSOLE_SOCKET);
+    let listener =
+        UnixListener::bind(CONSOLE_SOCKET).map_err(|e| chain("bind console socket", &e))?;
+    let _ = std::env::set_current_dir("/");
+    Ok(listener)
+}
+
+/// Take the pty master the container's init sent over the console socket during create.
+fn receive_master(listener: &UnixListener) -> Result<OwnedFd, String> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| chain("console socket", &e))?;
+    let (conn, _) = listener
+        .accept()
+        .map_err(|e| chain("accept console connection", &e))?;
+    let mut buf = [0u8; 4096];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = recvmsg::<()>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(|e| chain("receive pty master", &e))?;
+    for c in msg.cmsgs().map_err(|e| chain("receive pty master", &e))? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            if let Some(&raw) = fds.first() {
+                // SAFETY: SCM_RIGHTS handed us a new descriptor that nothing else owns.
+                return Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) });
+            }
+        }
+    }
+    Err("receive pty master: no descriptor in the message".to_owned())
+}
+
+/// `context: error: cause: cause...`
+pub fn chain(context: &str, err: &dyn std::error::Error) -> String {
+    let mut out = format!("{context}: {err}");
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

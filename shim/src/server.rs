@@ -1,0 +1,1353 @@
+//! The shim's event loop: one `poll(2)` over the control socket and its connections, the
+//! signalfd, every container's output pipes, exec captures and fork-helper channels.
+//!
+//! Requests that complete later (create, exec_sync, wait, a forced delete of a live container)
+//! park their connection; the loop answers when the event that completes them arrives, so a
+//! long exec never holds up another request.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crius_api::shim::{
+    decode_frame, encode_frame, ContainerInfo, ContainerStatus, CreateContainer, ErrorKind,
+    ExecOutcome, ExecSync, ExitInfo, Op, Reply, Request, Response, ShimError,
+    DEFAULT_EXEC_OUTPUT_LIMIT, MAX_FRAME, PROTOCOL_VERSION,
+};
+use tracing::{info, warn};
+
+use crate::cri_log::{CriLog, Stream};
+use crate::exit_record;
+use crate::fork_helper::{self, set_nonblocking, Outcome};
+use crate::libct::{self, InitStdio};
+use crate::oom::OomCounter;
+use crate::signals::Signals;
+use crate::time::{now_unix_nanos, rfc3339_nanos};
+
+/// After an exec's process exits, how long to keep reading output that a background child of
+/// it may still write to the inherited pipes.
+const EXEC_DRAIN_GRACE: Duration = Duration::from_millis(100);
+
+/// How long exits of not-yet-known pids are kept (a process may be reaped before the helper's
+/// report naming it is read).
+const ORPHAN_EXIT_TTL: Duration = Duration::from_secs(30);
+
+/// On shutdown, how long to try to deliver the last replies.
+const FLUSH_ON_EXIT: Duration = Duration::from_secs(1);
+
+/// Settings of one shim.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub pod_id: String,
+    pub state_dir: PathBuf,
+    pub max_log_line: usize,
+}
+
+type Token = u64;
+
+struct Conn {
+    stream: UnixStream,
+    inbuf: Vec<u8>,
+    outbuf: Vec<u8>,
+    /// A request of this connection is being served; later frames wait.
+    busy: bool,
+    /// The peer closed its side.
+    eof: bool,
+}
+
+struct Container {
+    id: String,
+    bundle: PathBuf,
+    log_path: Option<PathBuf>,
+    tty: bool,
+    stdin_requested: bool,
+    stdin_once: bool,
+    status: ContainerStatus,
+    pid: Option<i32>,
+    /// Our end of the container's stdin, kept open for attach.
+    stdin: Option<OwnedFd>,
+    /// Read ends of stdout and stderr (index = `Stream`); for a tty, the pty master as stdout.
+    outputs: [Option<OwnedFd>; 2],
+    log: Option<CriLog>,
+    oom: Option<(OomCounter, u64)>,
+    created_at: i64,
+    started_at: Option<i64>,
+    exit: Option<ExitInfo>,
+    waiters: Vec<Token>,
+    /// Connections waiting for a delete that runs once the init is reaped.
+    delete_waiters: Vec<Token>,
+    /// Delete once the init is reaped, even with nobody waiting (shim termination).
+    delete_on_exit: bool,
+}
+
+impl Container {
+    fn info(&self) -> ContainerInfo {
+        ContainerInfo {
+            id: self.id.clone(),
+            status: self.status,
+            pid: self.pid,
+            bundle: self.bundle.clone(),
+            log_path: self.log_path.clone(),
+            tty: self.tty,
+            stdin: self.stdin_requested,
+            stdin_once: self.stdin_once,
+            created_at_unix_nano: self.created_at,
+            started_at_unix_nano: self.started_at,
+            exit: self.exit.clone(),
+        }
+    }
+
+    fn alive(&self) -> bool {
+        self.pid.is_some() && self.exit.is_none()
+    }
+}
+
+struct Capture {
+    fd: Option<OwnedFd>,
+    data: Vec<u8>,
+    limit: usize,
+    truncated: bool,
+}
+
+impl Capture {
+    fn new(fd: OwnedFd, limit: usize) -> Self {
+        Self {
+            fd: Some(fd),
+            data: Vec::new(),
+            limit,
+            truncated: false,
+        }
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        let room = self.limit.saturating_sub(self.data.len());
+        if bytes.len() > room {
+            self.truncated = true;
+        }
+        self.data.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+}
+
+struct ExecJob {
+    token: Token,
+    container: String,
+    pid: Option<i32>,
+    out: [Capture; 2],
+    /// Raw wait status once reaped.
+    status: Option<i32>,
+    deadline: Option<Instant>,
+    timed_out: bool,
+    drain_until: Option<Instant>,
+    process_file: PathBuf,
+}
+
+enum HelperPurpose {
+    Create { id: String, token: Token },
+    Exec { exec: u64 },
+}
+
+struct PendingHelper {
+    pid: i32,
+    chan: OwnedFd,
+    purpose: HelperPurpose,
+}
+
+#[derive(Clone)]
+enum Source {
+    Helper(u64),
+    Signals,
+    Output(String, usize),
+    ExecOut(u64, usize),
+    Conn(Token),
+    Listener,
+}
+
+/// The shim's whole state.
+pub struct Shim {
+    cfg: Config,
+    runc_root: PathBuf,
+    listener: UnixListener,
+    signals: Signals,
+    conns: BTreeMap<Token, Conn>,
+    containers: BTreeMap<String, Container>,
+    execs: BTreeMap<u64, ExecJob>,
+    helpers: BTreeMap<u64, PendingHelper>,
+    orphan_exits: Vec<(i32, i32, Instant)>,
+    next_id: u64,
+    shutdown_requested: bool,
+    terminating: bool,
+    buf: Vec<u8>,
+}
+
+fn err(kind: ErrorKind, message: impl Into<String>) -> ShimError {
+    ShimError::new(kind, message)
+}
+
+fn not_found(id: &str) -> ShimError {
+    err(ErrorKind::NotFound, format!("container {id} not found"))
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+        && id != "."
+        && id != ".."
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+}
+
+/// Exit code and signal from a raw wait status, with 128 + signal as the code for a signal.
+fn decode_status(status: i32) -> (i32, Option<i32>) {
+    if libc::WIFEXITED(status) {
+        (libc::WEXITSTATUS(status), None)
+    } else if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        (128 + sig, Some(sig))
+    } else {
+        (255, None)
+    }
+}
+
+enum ReadResult {
+    Data(usize),
+    WouldBlock,
+    Eof,
+}
+
+fn read_fd(fd: RawFd, buf: &mut [u8]) -> ReadResult {
+    loop {
+        // SAFETY: reading into a buffer we own, of the length we pass.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            return ReadResult::Data(n as usize);
+        }
+        if n == 0 {
+            return ReadResult::Eof;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) => return ReadResult::WouldBlock,
+            // EIO: the pty's other side is closed; anything else ends the stream too.
+            _ => return ReadResult::Eof,
+        }
+    }
+}
+
+impl Shim {
+    /// A shim serving `listener`, with `signals` already blocking SIGCHLD/SIGTERM/SIGINT.
+    pub fn new(cfg: Config, listener: UnixListener, signals: Signals) -> io::Result<Self> {
+        listener.set_nonblocking(true)?;
+        let runc_root = cfg.state_dir.join("runc");
+        fs::create_dir_all(&runc_root)?;
+        fs::create_dir_all(cfg.state_dir.join("containers"))?;
+        fs::create_dir_all(cfg.state_dir.join("exec"))?;
+        Ok(Self {
+            cfg,
+            runc_root,
+            listener,
+            signals,
+            conns: BTreeMap::new(),
+            containers: BTreeMap::new(),
+            execs: BTreeMap::new(),
+            helpers: BTreeMap::new(),
+            orphan_exits: Vec::new(),
+            next_id: 1,
+            shutdown_requested: false,
+            terminating: false,
+            buf: vec![0u8; 64 * 1024],
+        })
+    }
+
+    fn next(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Serve until shut down; then remove the state directory.
+    pub fn run(mut self) {
+        loop {
+            if self.done() {
+                break;
+            }
+            let (mut fds, sources) = self.poll_set();
+            let timeout = self.poll_timeout();
+            // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    warn!(target: "crius_shim", error = %e, "poll failed");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                continue;
+            }
+            for (pfd, source) in fds.iter().zip(sources) {
+                if pfd.revents != 0 {
+                    self.dispatch(source, pfd.revents);
+                }
+            }
+            self.check_timers();
+        }
+        self.flush_before_exit();
+        info!(target: "crius_shim", pod = %self.cfg.pod_id, "shim exits");
+        if let Err(e) = fs::remove_dir_all(&self.cfg.state_dir) {
+            warn!(target: "crius_shim", error = %e, "remove state dir");
+        }
+    }
+
+    fn done(&self) -> bool {
+        let idle = self.containers.is_empty() && self.helpers.is_empty() && self.execs.is_empty();
+        (self.shutdown_requested || self.terminating) && idle
+    }
+
+    fn poll_set(&self) -> (Vec<libc::pollfd>, Vec<Source>) {
+        let mut fds = Vec::new();
+        let mut sources = Vec::new();
+        let mut add = |fd: RawFd, events: i16, source: Source| {
+            fds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+            sources.push(source);
+        };
+        // Helpers first: a helper's report must be read before the exit of the process it
+        // names, which can arrive in the same round.
+        for (id, h) in &self.helpers {
+            add(h.chan.as_raw_fd(), libc::POLLIN, Source::Helper(*id));
+        }
+        add(self.signals.raw_fd(), libc::POLLIN, Source::Signals);
+        for c in self.containers.values() {
+            for (i, fd) in c.outputs.iter().enumerate() {
+                if let Some(fd) = fd {
+                    add(
+                        fd.as_raw_fd(),
+                        libc::POLLIN,
+                        Source::Output(c.id.clone(), i),
+                    );
+                }
+            }
+        }
+        for (id, job) in &self.execs {
+            for (i, cap) in job.out.iter().enumerate() {
+                if let Some(fd) = &cap.fd {
+                    add(fd.as_raw_fd(), libc::POLLIN, Source::ExecOut(*id, i));
+                }
+            }
+        }
+        for (token, conn) in &self.conns {
+            let mut events = 0;
+            if !conn.eof {
+                events |= libc::POLLIN;
+            }
+            if !conn.outbuf.is_empty() {
+                events |= libc::POLLOUT;
+            }
+            add(conn.stream.as_raw_fd(), events, Source::Conn(*token));
+        }
+        // Still served after a shutdown request: crius deletes the remaining containers.
+        add(self.listener.as_raw_fd(), libc::POLLIN, Source::Listener);
+        (fds, sources)
+    }
+
+    /// Milliseconds until the next timer (exec deadline or drain end), -1 for none.
+    fn poll_timeout(&self) -> i32 {
+        let now = Instant::now();
+        let next = self
+            .execs
+            .values()
+            .flat_map(|j| {
+                let deadline = if j.timed_out || j.status.is_some() {
+                    None
+                } else {
+                    j.deadline
+                };
+                [deadline, j.drain_until]
+            })
+            .flatten()
+            .min();
+        match next {
+            None => -1,
+            Some(t) => {
+                let ms = t.saturating_duration_since(now).as_millis() + 1;
+                i32::try_from(ms).unwrap_or(i32::MAX)
+            }
+        }
+    }
+
+    fn dispatch(&mut self, source: Source, revents: i16) {
+        match source {
+            Source::Helper(id) => self.on_helper(id),
+            Source::Signals => {
+                for sig in self.signals.drain() {
+                    match sig {
+                        libc::SIGCHLD => self.reap(),
+                        libc::SIGTERM | libc::SIGINT => self.terminate(),
+                        _ => {}
+                    }
+                }
+                // Exits may have been queued before the signal mask was set.
+                self.reap();
+            }
+            Source::Output(id, i) => {
+                self.on_output(&id, i);
+            }
+            Source::ExecOut(id, i) => self.on_exec_output(id, i),
+            Source::Conn(token) => self.on_conn(token, revents),
+            Source::Listener => self.accept(),
+        }
+    }
+
+    // ----- connections -------------------------------------------------------------------
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let token = self.next();
+                    self.conns.insert(
+                        token,
+                        Conn {
+                            stream,
+                            inbuf: Vec::new(),
+                            outbuf: Vec::new(),
+                            busy: false,
+                            eof: false,
+                        },
+                    );
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    warn!(target: "crius_shim", error = %e, "accept on control socket");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn on_conn(&mut self, token: Token, revents: i16) {
+        let mut buf = std::mem::take(&mut self.buf);
+        if let Some(conn) = self.conns.get_mut(&token) {
+            if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                loop {
+                    match conn.stream.read(&mut buf) {
+                        Ok(0) => {
+                            conn.eof = true;
+                            break;
+                        }
+                        Ok(n) => {
+                            conn.inbuf.extend_from_slice(&buf[..n]);
+                            if conn.inbuf.len() > MAX_FRAME + 4 {
+                                conn.eof = true;
+                                break;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(_) => {
+                            conn.eof = true;
+                            conn.outbuf.clear();
+                            break;
+                        }
+                    }
+                }
+            }
+            if revents & libc::POLLOUT != 0 {
+                flush(conn);
+            }
+        }
+        self.buf = buf;
+        self.serve_conn(token);
+    }
+
+    /// Serve the complete requests buffered on `token`, one at a time.
+    fn serve_conn(&mut self, token: Token) {
+        loop {
+            let Some(conn) = self.conns.get_mut(&token) else {
+                return;
+            };
+            if conn.busy {
+                break;
+            }
+            match decode_frame::<Request>(&conn.inbuf) {
+                Ok(Some((request, used))) => {
+                    conn.inbuf.drain(..used);
+                    conn.busy = true;
+                    if let Some(response) = self.handle(token, request) {
+                        self.reply(token, response);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    conn.inbuf.clear();
+                    conn.busy = true;
+                    let response = Response::Err(err(
+                        ErrorKind::InvalidArgument,
+                        format!("malformed request: {e}"),
+                    ));
+                    self.reply(token, response);
+                    if let Some(conn) = self.conns.get_mut(&token) {
+                        conn.eof = true;
+                    }
+                    break;
+                }
+            }
+        }
+        if let Some(conn) = self.conns.get(&token) {
+            // A peer that closed gets no more answers: drop it once nothing is in flight.
+            if conn.eof && !conn.busy && conn.outbuf.is_empty() {
+                self.conns.remove(&token);
+            }
+        }
+    }
+
+    fn reply(&mut self, token: Token, response: Response) {
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return;
+        };
+        conn.busy = false;
+        match encode_frame(&response) {
+            Ok(frame) => conn.outbuf.extend_from_slice(&frame),
+            Err(e) => {
+                let fallback =
+                    Response::Err(err(ErrorKind::Internal, format!("encode reply: {e}")));
+                if let Ok(frame) = encode_frame(&fallback) {
+                    conn.outbuf.extend_from_slice(&frame);
+                }
+            }
+        }
+        flush(conn);
+    }
+
+    /// Answer a parked request and go on with that connection's next one.
+    fn complete(&mut self, token: Token, response: Response) {
+        self.reply(token, response);
+        self.serve_conn(token);
+    }
+
+    fn flush_before_exit(&mut self) {
+        let until = Instant::now() + FLUSH_ON_EXIT;
+        while Instant::now() < until {
+            let mut pending = false;
+            for conn in self.conns.values_mut() {
+                flush(conn);
+                pending |= !conn.outbuf.is_empty();
+            }
+            if !pending {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    // ----- requests ----------------------------------------------------------------------
+
+    /// Serve one request; `None` when the answer comes later.
+    fn handle(&mut self, token: Token, request: Request) -> Option<Response> {
+        if request.v != PROTOCOL_VERSION {
+            return Some(Response::Err(err(
+                ErrorKind::UnsupportedVersion,
+                format!(
+                    "protocol version {} is not supported, this shim speaks {PROTOCOL_VERSION}",
+                    request.v
+                ),
+            )));
+        }
+        let result = match request.op {
+            Op::Hello => Ok(Some(Reply::Hello {
+                version: PROTOCOL_VERSION,
+                pid: std::process::id() as i32,
+                pod_id: self.cfg.pod_id.clone(),
+            })),
+            Op::CreateContainer(req) => self.create(token, req).map(|()| None),
+            Op::Start { id } => self.start(&id).map(Some),
+            Op::Kill { id, signal, all } => self.kill(&id, signal, all).map(Some),
+            Op::Delete { id, force } => self.delete(token, &id, force),
+            Op::State { id } => self
+                .containers
+                .get(&id)
+                .map(|c| Some(Reply::Container(c.info())))
+                .ok_or_else(|| not_found(&id)),
+            Op::List => Ok(Some(Reply::Containers {
+                containers: self.containers.values().map(Container::info).collect(),
+            })),
+            Op::ExecSync(req) => self.exec(token, req).map(|()| None),
+            Op::ReopenLog { id } => self.reopen_log(&id).map(Some),
+            Op::Wait { id } => match self.containers.get_mut(&id) {
+                None => Err(not_found(&id)),
+                Some(c) => match &c.exit {
+                    Some(exit) => Ok(Some(Reply::Exited(exit.clone()))),
+                    None => {
+                        c.waiters.push(token);
+                        Ok(None)
+                    }
+                },
+            },
+            Op::Shutdown => {
+                info!(target: "crius_shim", remaining = self.containers.len(), "shutdown requested");
+                self.shutdown_requested = true;
+                Ok(Some(Reply::Done))
+            }
+        };
+        match result {
+            Ok(Some(reply)) => Some(Response::Ok(reply)),
+            Ok(None) => None,
+            Err(e) => Some(Response::Err(e)),
+        }
+    }
+
+    fn refuse_if_stopping(&self) -> Result<(), ShimError> {
+        if self.shutdown_requested || self.terminating {
+            return Err(err(
+                ErrorKind::FailedPrecondition,
+                format!("shim of pod {} is shutting down", self.cfg.pod_id),
+            ));
+        }
+        Ok(())
+    }
+
+    fn container_dir(&self, id: &str) -> PathBuf {
+        self.cfg.state_dir.join("containers").join(id)
+    }
+
+    fn create(&mut self, token: Token, req: CreateContainer) -> Result<(), ShimError> {
+        self.refuse_if_stopping()?;
+        let id = req.id.clone();
+        if !valid_id(&id) {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!("invalid container id {id:?}: use 1-128 of [A-Za-z0-9_.-]"),
+            ));
+        }
+        if self.containers.contains_key(&id) || self.runc_root.join(&id).exists() {
+            return Err(err(
+                ErrorKind::AlreadyExists,
+                format!("container {id} already exists"),
+            ));
+        }
+        if !req.bundle.is_absolute() || !req.bundle.join("config.json").is_file() {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "bundle {}: not an absolute directory with a config.json",
+                    req.bundle.display()
+                ),
+            ));
+        }
+        let internal = |what: &str, e: io::Error| {
+            err(
+                ErrorKind::Internal,
+                format!("create container {id}: {what}: {e}"),
+            )
+        };
+        let dir = self.container_dir(&id);
+        fs::create_dir_all(&dir).map_err(|e| internal("state dir", e))?;
+        let _ = fs::remove_file(dir.join(crius_api::shim::EXIT_FILE));
+        let log = match &req.log_path {
+            Some(path) => Some(CriLog::open(path, self.cfg.max_log_line).map_err(|e| {
+                err(
+                    ErrorKind::InvalidArgument,
+                    format!("create container {id}: open log {}: {e}", path.display()),
+                )
+            })?),
+            None => None,
+        };
+
+        // Our ends and the container's ends of its stdio.
+        let mut outputs: [Option<OwnedFd>; 2] = [None, None];
+        let mut stdin_writer = None;
+        let mut child = InitStdio {
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            console_dir: None,
+        };
+        if req.tty {
+            child.console_dir = Some(dir.clone());
+        } else {
+            let (r, w) = pipe().map_err(|e| internal("stdout pipe", e))?;
+            outputs[0] = Some(r);
+            child.stdout = Some(w);
+            let (r, w) = pipe().map_err(|e| internal("stderr pipe", e))?;
+            outputs[1] = Some(r);
+            child.stderr = Some(w);
+            if req.stdin {
+                let (r, w) = pipe().map_err(|e| internal("stdin pipe", e))?;
+                child.stdin = Some(r);
+                stdin_writer = Some(w);
+            }
+        }
+        for fd in outputs.iter().flatten() {
+            set_nonblocking(fd.as_raw_fd()).map_err(|e| internal("output pipe", e))?;
+        }
+        let keep: Vec<RawFd> = [&child.stdin, &child.stdout, &child.stderr]
+            .into_iter()
+            .flatten()
+            .map(|fd| fd.as_raw_fd())
+            .collect();
+        let root = self.runc_root.clone();
+        let bundle = req.bundle.clone();
+        let helper = fork_helper::spawn(&keep, || libct::create(&id, &bundle, &root, child))
+            .map_err(|e| internal("fork helper", e))?;
+        // `child` moved into the closure; its fds were closed in the parent when the closure
+        // was dropped by `spawn` returning.
+        info!(target: "crius_shim", container = %id, helper = helper.pid, "creating container");
+
+        self.containers.insert(
+            id.clone(),
+            Container {
+                id: id.clone(),
+                bundle: req.bundle,
+                log_path: req.log_path,
+                tty: req.tty,
+                stdin_requested: req.stdin,
+                stdin_once: req.stdin_once,
+                status: ContainerStatus::Creating,
+                pid: None,
+                stdin: stdin_writer,
+                outputs,
+                log,
+                oom: None,
+                created_at: 0,
+                started_at: None,
+                exit: None,
+                waiters: Vec::new(),
+                delete_waiters: Vec::new(),
+                delete_on_exit: false,
+            },
+        );
+        let key = self.next();
+        self.helpers.insert(
+            key,
+            PendingHelper {
+                pid: helper.pid,
+                chan: helper.chan,
+                purpose: HelperPurpose::Create { id, token },
+            },
+        );
+        Ok(())
+    }
+
+    fn start(&mut self, id: &str) -> Result<Reply, ShimError> {
+        self.refuse_if_stopping()?;
+        let c = self.containers.get(id).ok_or_else(|| not_found(id))?;
+        if c.status != ContainerStatus::Created || c.exit.is_some() {
+            return Err(err(
+                ErrorKind::FailedPrecondition,
+                format!("container {id} is {:?}, not created", c.status),
+            ));
+        }
+        libct::start(&self.runc_root, id)
+            .map_err(|e| err(ErrorKind::Internal, format!("start container {id}: {e}")))?;
+        let c = self.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        c.status = ContainerStatus::Running;
+        c.started_at = Some(now_unix_nanos());
+        info!(target: "crius_shim", container = %id, "started");
+        Ok(Reply::Started {
+            pid: c.pid.unwrap_or(0),
+        })
+    }
+
+    fn kill(&mut self, id: &str, signal: i32, all: bool) -> Result<Reply, ShimError> {
+        if !(0..=64).contains(&signal) {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!("invalid signal {signal}"),
+            ));
+        }
+        let c = self.containers.get(id).ok_or_else(|| not_found(id))?;
+        if c.status == ContainerStatus::Creating {
+            return Err(err(
+                ErrorKind::FailedPrecondition,
+                format!("container {id} is being created"),
+            ));
+        }
+        if all {
+            libct::kill_all(&self.runc_root, id, signal)
+                .map_err(|e| err(ErrorKind::Internal, format!("kill container {id}: {e}")))?;
+        } else if let (true, Some(pid)) = (c.alive(), c.pid) {
+            // The init is not reaped yet, so the pid cannot have been reused.
+            // SAFETY: kill(2) with a pid and a validated signal number.
+            if unsafe { libc::kill(pid, signal) } != 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::ESRCH) {
+                    return Err(err(
+                        ErrorKind::Internal,
+                        format!("kill container {id} (pid {pid}): {e}"),
+                    ));
+                }
+            }
+        }
+        Ok(Reply::Done)
+    }
+
+    fn delete(&mut self, token: Token, id: &str, force: bool) -> Result<Option<Reply>, ShimError> {
+        let c = self.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        match c.status {
+            ContainerStatus::Creating => {
+                return Err(err(
+                    ErrorKind::FailedPrecondition,
+                    format!("container {id} is being created"),
+                ))
+            }
+            ContainerStatus::Running if c.alive() && !force => {
+                return Err(err(
+                    ErrorKind::FailedPrecondition,
+                    format!("container {id} is running: stop it first or force the delete"),
+                ))
+            }
+            _ => {}
+        }
+        if c.alive() {
+            // A created container's init waits on its start socket, a forced one is killed;
+            // both are deleted once the init is reaped.
+            c.delete_waiters.push(token);
+            self.kill_for_delete(id);
+            return Ok(None);
+        }
+        self.finish_delete(id)?;
+        Ok(Some(Reply::Done))
+    }
+
+    fn kill_for_delete(&mut self, id: &str) {
+        if let Err(e) = libct::kill_all(&self.runc_root, id, libc::SIGKILL) {
+            warn!(target: "crius_shim", container = %id, error = %e, "kill all for delete");
+        }
+        if let Some(c) = self.containers.get(id) {
+            if let (true, Some(pid)) = (c.alive(), c.pid) {
+                // SAFETY: kill(2) of our unreaped child with SIGKILL.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+
+    fn finish_delete(&mut self, id: &str) -> Result<(), ShimError> {
+        libct::delete(&self.runc_root, id)
+            .map_err(|e| err(ErrorKind::Internal, format!("delete container {id}: {e}")))?;
+        if let Some(c) = self.containers.remove(id) {
+            for waiter in c.waiters {
+                let response = Response::Err(err(
+                    ErrorKind::NotFound,
+                    format!("container {id} was deleted"),
+                ));
+                self.complete(waiter, response);
+            }
+        }
+        let _ = fs::remove_dir_all(self.container_dir(id));
+        info!(target: "crius_shim", container = %id, "deleted");
+        Ok(())
+    }
+
+    fn reopen_log(&mut self, id: &str) -> Result<Reply, ShimError> {
+        let c = self.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        let log = c.log.as_mut().ok_or_else(|| {
+            err(
+                ErrorKind::FailedPrecondition,
+                format!("container {id} has no log path"),
+            )
+        })?;
+        log.reopen().map_err(|e| {
+            err(
+                ErrorKind::Internal,
+                format!("reopen log {} of container {id}: {e}", log.path().display()),
+            )
+        })?;
+        Ok(Reply::Done)
+    }
+
+    fn exec(&mut self, token: Token, req: ExecSync) -> Result<(), ShimError> {
+        self.refuse_if_stopping()?;
+        let id = req.id.clone();
+        let c = self.containers.get(&id).ok_or_else(|| not_found(&id))?;
+        if c.status != ContainerStatus::Running || !c.alive() {
+            return Err(err(
+                ErrorKind::FailedPrecondition,
+                format!("container {id} is not running"),
+            ));
+        }
+        let mut process = req.process;
+        let Some(obj) = process.as_object_mut() else {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                "exec process must be a JSON object (an OCI process)",
+            ));
+        };
+        // Output is captured through pipes; a terminal would need a console socket.
+        obj.insert("terminal".into(), serde_json::Value::Bool(false));
+        let internal = |what: &str, e: &dyn std::fmt::Display| {
+            err(
+                ErrorKind::Internal,
+                format!("exec in container {id}: {what}: {e}"),
+            )
+        };
+        let exec_id = self.next();
+        let process_file = self
+            .cfg
+            .state_dir
+            .join("exec")
+            .join(format!("{exec_id}.json"));
+        let bytes = serde_json::to_vec(&process).map_err(|e| internal("encode process", &e))?;
+        fs::write(&process_file, bytes).map_err(|e| internal("write process file", &e))?;
+        let (out_r, out_w) = pipe().map_err(|e| internal("stdout pipe", &e))?;
+        let (err_r, err_w) = pipe().map_err(|e| internal("stderr pipe", &e))?;
+        set_nonblocking(out_r.as_raw_fd()).map_err(|e| internal("pipe", &e))?;
+        set_nonblocking(err_r.as_raw_fd()).map_err(|e| internal("pipe", &e))?;
+        let keep = [out_w.as_raw_fd(), err_w.as_raw_fd()];
+        let root = self.runc_root.clone();
+        let file = process_file.clone();
+        let helper = fork_helper::spawn(&keep, || libct::exec(&id, &root, &file, out_w, err_w))
+            .map_err(|e| {
+                let _ = fs::remove_file(&process_file);
+                internal("fork helper", &e)
+            })?;
+        let limit = match req.output_limit {
+            0 => DEFAULT_EXEC_OUTPUT_LIMIT,
+            n => n,
+        };
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let deadline =
+            (req.timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(req.timeout_ms));
+        self.execs.insert(
+            exec_id,
+            ExecJob {
+                token,
+                container: id,
+                pid: None,
+                out: [Capture::new(out_r, limit), Capture::new(err_r, limit)],
+                status: None,
+                deadline,
+                timed_out: false,
+                drain_until: None,
+                process_file,
+            },
+        );
+        let key = self.next();
+        self.helpers.insert(
+            key,
+            PendingHelper {
+                pid: helper.pid,
+                chan: helper.chan,
+                purpose: HelperPurpose::Exec { exec: exec_id },
+            },
+        );
+        Ok(())
+    }
+
+    // ----- helpers, exits, output --------------------------------------------------------
+
+    fn on_helper(&mut self, key: u64) {
+        let Some(helper) = self.helpers.get(&key) else {
+            return;
+        };
+        let result = match fork_helper::receive(&helper.chan) {
+            Ok(None) => return,
+            Ok(Some((outcome, fd))) => match outcome {
+                Outcome::Ok { pid } => Ok((pid, fd)),
+                Outcome::Err { message } => Err(message),
+            },
+            Err(e) => Err(format!("helper {}: {e}", helper.pid)),
+        };
+        let Some(helper) = self.helpers.remove(&key) else {
+            return;
+        };
+        match helper.purpose {
+            HelperPurpose::Create { id, token } => self.created(&id, token, result),
+            HelperPurpose::Exec { exec } => self.exec_started(exec, result.map(|(pid, _)| pid)),
+        }
+    }
+
+    fn created(&mut self, id: &str, token: Token, result: Result<(i32, Option<OwnedFd>), String>) {
+        let (pid, master) = match result {
+            Ok(ok) => ok,
+            Err(message) => {
+                warn!(target: "crius_shim", container = %id, error = %message, "create failed");
+                self.containers.remove(id);
+                let _ = libct::delete(&self.runc_root, id);
+                let _ = fs::remove_dir_all(self.container_dir(id));
+                let response = Response::Err(err(
+                    ErrorKind::Internal,
+                    format!("create container {id}: {message}"),
+                ));
+                self.complete(token, response);
+                return;
+            }
+        };
+        if let Some(c) = self.containers.get_mut(id) {
+            c.pid = Some(pid);
+            c.status = ContainerStatus::Created;
+            c.created_at = now_unix_nanos();
+            c.oom = OomCounter::for_pid(pid).and_then(|counter| {
+                let base = counter.read()?;
+                Some((counter, base))
+            });
+            if let Some(master) = master {
+                if set_nonblocking(master.as_raw_fd()).is_ok() {
+                    if c.stdin_requested {
+                        c.stdin = master.try_clone().ok();
+                    }
+                    c.outputs[Stream::Stdout as usize] = Some(master);
+                }
+            }
+        }
+        info!(target: "crius_shim", container = %id, pid, "created");
+        self.complete(token, Response::Ok(Reply::Created { pid }));
+        if let Some(status) = self.take_orphan_exit(pid) {
+            self.container_exited(id, status);
+        }
+    }
+
+    fn exec_started(&mut self, exec: u64, result: Result<i32, String>) {
+        let Some(job) = self.execs.get_mut(&exec) else {
+            return;
+        };
+        match result {
+            Ok(pid) => {
+                job.pid = Some(pid);
+                if job.timed_out {
+                    // SAFETY: kill(2) of our unreaped child.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                if let Some(status) = self.take_orphan_exit(pid) {
+                    self.exec_exited(exec, status);
+                }
+            }
+            Err(message) => {
+                let Some(job) = self.execs.remove(&exec) else {
+                    return;
+                };
+                let _ = fs::remove_file(&job.process_file);
+                let response = Response::Err(err(
+                    ErrorKind::Internal,
+                    format!("exec in container {}: {message}", job.container),
+                ));
+                self.complete(job.token, response);
+            }
+        }
+    }
+
+    fn take_orphan_exit(&mut self, pid: i32) -> Option<i32> {
+        let i = self.orphan_exits.iter().position(|(p, _, _)| *p == pid)?;
+        Some(self.orphan_exits.swap_remove(i).1)
+    }
+
+    /// Reap every exited child.
+    fn reap(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes only into `status`.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL) };
+            if pid <= 0 {
+                return;
+            }
+            self.on_exit(pid, status);
+        }
+    }
+
+    fn on_exit(&mut self, pid: i32, status: i32) {
+        if self.helpers.values().any(|h| h.pid == pid) {
+            return; // its channel says how it went
+        }
+        let container = self
+            .containers
+            .values()
+            .find(|c| c.pid == Some(pid) && c.exit.is_none())
+            .map(|c| c.id.clone());
+        if let Some(id) = container {
+            self.container_exited(&id, status);
+            return;
+        }
+        let exec = self
+            .execs
+            .iter()
+            .find(|(_, j)| j.pid == Some(pid) && j.status.is_none())
+            .map(|(k, _)| *k);
+        if let Some(exec) = exec {
+            self.exec_exited(exec, status);
+            return;
+        }
+        let now = Instant::now();
+        self.orphan_exits
+            .retain(|(_, _, at)| now.duration_since(*at) < ORPHAN_EXIT_TTL);
+        if self.orphan_exits.len() < 1024 {
+            self.orphan_exits.push((pid, status, now));
+        }
+    }
+
+    fn container_exited(&mut self, id: &str, status: i32) {
+        let now = now_unix_nanos();
+        // Everything the init wrote before exiting is in the pipes now: log it before anyone
+        // hears of the exit.
+        self.drain_outputs(id);
+        let dir = self.container_dir(id);
+        let Some(c) = self.containers.get_mut(id) else {
+            return;
+        };
+        let (exit_code, signal) = decode_status(status);
+        let oom_killed = c
+            .oom
+            .as_ref()
+            .and_then(|(counter, base)| Some(counter.read()? > *base))
+            .unwrap_or(false);
+        let exit = ExitInfo {
+            pid: c.pid.unwrap_or(0),
+            exit_code,
+            signal,
+            finished_at: rfc3339_nanos(now),
+            finished_at_unix_nano: now,
+            oom_killed,
+        };
+        if let Err(e) = exit_record::write(&dir, &exit) {
+            warn!(target: "crius_shim", container = %id, error = %e, "write exit record");
+        }
+        info!(target: "crius_shim", container = %id, exit_code, ?signal, oom_killed, "exited");
+        c.exit = Some(exit.clone());
+        c.status = ContainerStatus::Stopped;
+        let waiters = std::mem::take(&mut c.waiters);
+        let delete_waiters = std::mem::take(&mut c.delete_waiters);
+        let delete_now = c.delete_on_exit || !delete_waiters.is_empty();
+        for token in waiters {
+            self.complete(token, Response::Ok(Reply::Exited(exit.clone())));
+        }
+        if delete_now {
+            let result = self.finish_delete(id);
+            for token in delete_waiters {
+                let response = match &result {
+                    Ok(()) => Response::Ok(Reply::Done),
+                    Err(e) => Response::Err(e.clone()),
+                };
+                self.complete(token, response);
+            }
+        }
+    }
+
+    /// Read whatever is buffered in a container's pipes, without waiting for more.
+    fn drain_outputs(&mut self, id: &str) {
+        for i in 0..2 {
+            for _ in 0..1024 {
+                if !self.on_output(id, i) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// One read from a container's output; true if data was read.
+    fn on_output(&mut self, id: &str, i: usize) -> bool {
+        let Some(c) = self.containers.get_mut(id) else {
+            return false;
+        };
+        let Some(fd) = &c.outputs[i] else {
+            return false;
+        };
+        let stream = if i == 0 {
+            Stream::Stdout
+        } else {
+            Stream::Stderr
+        };
+        match read_fd(fd.as_raw_fd(), &mut self.buf) {
+            ReadResult::Data(n) => {
+                if let Some(log) = &mut c.log {
+                    if let Err(e) = log.write(stream, &self.buf[..n], now_unix_nanos()) {
+                        warn!(target: "crius_shim", container = %id, error = %e, "write log");
+                    }
+                }
+                true
+            }
+            ReadResult::WouldBlock => false,
+            ReadResult::Eof => {
+                c.outputs[i] = None;
+                if let Some(log) = &mut c.log {
+                    let _ = log.finish(stream, now_unix_nanos());
+                }
+                false
+            }
+        }
+    }
+
+    fn on_exec_output(&mut self, exec: u64, i: usize) {
+        if let Some(job) = self.execs.get_mut(&exec) {
+            read_capture(&mut job.out[i], &mut self.buf, 1);
+        }
+        self.maybe_finish_exec(exec);
+    }
+
+    fn exec_exited(&mut self, exec: u64, status: i32) {
+        let Some(job) = self.execs.get_mut(&exec) else {
+            return;
+        };
+        job.status = Some(status);
+        for cap in &mut job.out {
+            read_capture(cap, &mut self.buf, usize::MAX);
+        }
+        if job.out.iter().any(|c| c.fd.is_some()) {
+            // A background child still holds the pipes: give it a moment, not forever.
+            job.drain_until = Some(Instant::now() + EXEC_DRAIN_GRACE);
+        }
+        self.maybe_finish_exec(exec);
+    }
+
+    fn maybe_finish_exec(&mut self, exec: u64) {
+        let Some(job) = self.execs.get(&exec) else {
+            return;
+        };
+        let Some(status) = job.status else {
+            return;
+        };
+        let drained = job.out.iter().all(|c| c.fd.is_none());
+        let grace_over = job.drain_until.is_some_and(|t| Instant::now() >= t);
+        if !drained && !grace_over {
+            return;
+        }
+        let Some(mut job) = self.execs.remove(&exec) else {
+            return;
+        };
+        let _ = fs::remove_file(&job.process_file);
+        let (exit_code, signal) = decode_status(status);
+        let [out, errs] = &mut job.out;
+        let outcome = ExecOutcome {
+            exit_code,
+            signal,
+            timed_out: job.timed_out,
+            stdout: std::mem::take(&mut out.data),
+            stderr: std::mem::take(&mut errs.data),
+            stdout_truncated: out.truncated,
+            stderr_truncated: errs.truncated,
+        };
+        self.complete(job.token, Response::Ok(Reply::Exec(outcome)));
+    }
+
+    fn check_timers(&mut self) {
+        let now = Instant::now();
+        let mut finish = Vec::new();
+        for (id, job) in &mut self.execs {
+            if let Some(deadline) = job.deadline {
+                if !job.timed_out && job.status.is_none() && now >= deadline {
+                    job.timed_out = true;
+                    if let Some(pid) = job.pid {
+                        // SAFETY: kill(2) of our unreaped child.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                }
+            }
+            if job.drain_until.is_some_and(|t| now >= t) {
+                finish.push(*id);
+            }
+        }
+        for id in finish {
+            self.maybe_finish_exec(id);
+        }
+    }
+
+    /// SIGTERM/SIGINT: kill every container, record the exits, delete them, then exit.
+    fn terminate(&mut self) {
+        if self.terminating {
+            return;
+        }
+        info!(target: "crius_shim", "terminating: killing all containers");
+        self.terminating = true;
+        let ids: Vec<String> = self.containers.keys().cloned().collect();
+        for id in ids {
+            let Some(c) = self.containers.get_mut(&id) else {
+                continue;
+            };
+            if c.alive() {
+                c.delete_on_exit = true;
+                self.kill_for_delete(&id);
+            } else if c.status != ContainerStatus::Creating {
+                if let Err(e) = self.finish_delete(&id) {
+                    warn!(target: "crius_shim", container = %id, error = %e, "delete on terminate");
+                    self.containers.remove(&id);
+                }
+            }
+        }
+    }
+}
+
+/// Read from an exec's pipe: up to `rounds` reads, until it would block or ends.
+fn read_capture(cap: &mut Capture, buf: &mut [u8], rounds: usize) {
+    for _ in 0..rounds {
+        let Some(fd) = &cap.fd else {
+            return;
+        };
+        match read_fd(fd.as_raw_fd(), buf) {
+            ReadResult::Data(n) => cap.take(&buf[..n]),
+            ReadResult::WouldBlock => return,
+            ReadResult::Eof => {
+                cap.fd = None;
+                return;
+            }
+        }
+    }
+}
+
+fn flush(conn: &mut Conn) {
+    while !conn.outbuf.is_empty() {
+        match conn.stream.write(&conn.outbuf) {
+            Ok(0) => return,
+            Ok(n) => {
+                conn.outbuf.drain(..n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(_) => {
+                conn.outbuf.clear();
+                conn.eof = true;
+                return;
+            }
+        }
+    }
+}
+
+/// Bind the control socket in `dir` by a relative name (state paths may exceed the 108 bytes
+/// of a socket address), replacing a stale one.
+pub fn bind_control_socket(dir: &Path) -> io::Result<UnixListener> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    std::env::set_current_dir(dir)?;
+    let _ = fs::remove_file(crius_api::shim::CONTROL_SOCKET);
+    let listener = UnixListener::bind(crius_api::shim::CONTROL_SOCKET);
+    let _ = std::env::set_current_dir(cwd);
+    listener
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_checked() {
+        assert!(valid_id("abc-1.2_3"));
+        assert!(!valid_id(""));
+        assert!(!valid_id(".."));
+        assert!(!valid_id("a/b"));
+        assert!(!valid_id(&"a".repeat(129)));
+    }
+
+    #[test]
+    fn wait_status_decodes_codes_and_signals() {
+        assert_eq!(decode_status(3 << 8), (3, None));
+        assert_eq!(decode_status(9), (137, Some(9)));
+    }
+
+    #[test]
+    fn capture_truncates_at_its_limit() {
+        let (r, _w) = pipe().unwrap();
+        let mut cap = Capture::new(r, 5);
+        cap.take(b"abc");
+        cap.take(b"defg");
+        assert_eq!(cap.data, b"abcde");
+        assert!(cap.truncated);
+    }
+}

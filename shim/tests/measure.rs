@@ -1,0 +1,90 @@
+//! Figures for the benchmarks: shim RSS/PSS with one container, create+start latency,
+//! ExecSync `true` latency. Ignored by default (it takes a while and asserts only loosely);
+//! run with `cargo test -p crius-shim --release --test measure -- --ignored --nocapture`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use common::{exec_process, runtime, Pod};
+use crius_api::shim::ExecSync;
+
+fn smaps_kib(pid: i32, key: &str) -> u64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    text.lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+            rest.trim().trim_end_matches(" kB").trim().parse().ok()
+        })
+        .unwrap()
+}
+
+fn summary(name: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let median = samples[samples.len() / 2];
+    let p95 = samples[(samples.len() * 95 / 100).min(samples.len() - 1)];
+    println!(
+        "{name}: n={} median={:.2}ms p95={:.2}ms",
+        samples.len(),
+        median.as_secs_f64() * 1e3,
+        p95.as_secs_f64() * 1e3
+    );
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly with --ignored --nocapture"]
+fn footprint_and_latency() {
+    let pod = Pod::start("measure");
+    runtime().block_on(async {
+        let client = pod.client().await;
+
+        let mut create_start = Vec::new();
+        for i in 0..20 {
+            let bundle = pod.bundle(&format!("cs{i}"), &["sleep", "1000"]);
+            let t = Instant::now();
+            let pid = client
+                .create_container(pod.create_request(&bundle))
+                .await
+                .unwrap();
+            client.start(&bundle.id).await.unwrap();
+            create_start.push(t.elapsed());
+            pod.track(pid);
+            client.delete(&bundle.id, true).await.unwrap();
+        }
+        summary("create+start (busybox sleep)", create_start);
+
+        let bundle = pod.bundle("main", &["sleep", "1000"]);
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+
+        let mut exec = Vec::new();
+        for _ in 0..30 {
+            let t = Instant::now();
+            let out = client
+                .exec_sync(ExecSync {
+                    id: bundle.id.clone(),
+                    process: exec_process(&["true"]),
+                    timeout_ms: 10_000,
+                    output_limit: 0,
+                })
+                .await
+                .unwrap();
+            exec.push(t.elapsed());
+            assert_eq!(out.exit_code, 0);
+        }
+        summary("exec_sync true", exec);
+
+        std::thread::sleep(Duration::from_millis(300));
+        let rss = smaps_kib(pod.shim_pid, "Rss");
+        let pss = smaps_kib(pod.shim_pid, "Pss");
+        let private = smaps_kib(pod.shim_pid, "Private_Dirty");
+        println!("shim with 1 running container: rss={rss} KiB pss={pss} KiB private_dirty={private} KiB");
+        client.delete(&bundle.id, true).await.unwrap();
+    });
+}

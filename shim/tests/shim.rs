@@ -1,0 +1,497 @@
+//! The real `crius-shim` with real containers (busybox rootfs, libcontainer, cgroups). Needs
+//! root.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use common::{alive, exec_process, ms, parse_log, runtime, wait_for, Pod};
+use crius_api::shim::{ContainerStatus, ErrorKind, ExecSync};
+
+#[test]
+fn lifecycle_logs_and_exit_code() {
+    let pod = Pod::start("life");
+    let bundle = pod.bundle(
+        "c1",
+        &[
+            "sh",
+            "-c",
+            "echo to-stdout; echo to-stderr >&2; printf no-newline; exit 3",
+        ],
+    );
+    runtime().block_on(async {
+        let client = pod.client().await;
+        assert_eq!(client.pod_id(), pod.id);
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        let info = client.state(&bundle.id).await.unwrap();
+        assert_eq!(info.status, ContainerStatus::Created);
+        assert_eq!(info.pid, Some(pid));
+        // Created: the user process has not run.
+        std::thread::sleep(ms(200));
+        assert!(parse_log(&pod.log_path(&bundle.id)).is_empty());
+
+        let dup = client.create_container(pod.create_request(&bundle)).await;
+        assert_eq!(
+            dup.unwrap_err().shim_error().unwrap().kind,
+            ErrorKind::AlreadyExists
+        );
+
+        assert_eq!(client.start(&bundle.id).await.unwrap(), pid);
+        let exit = client
+            .wait(&bundle.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert_eq!(exit.exit_code, 3);
+        assert_eq!(exit.signal, None);
+        assert!(!exit.oom_killed);
+        assert_eq!(
+            crius_api::shim::read_exit_file(&pod.state, &bundle.id).unwrap(),
+            Some(exit.clone())
+        );
+        let info = client.state(&bundle.id).await.unwrap();
+        assert_eq!(info.status, ContainerStatus::Stopped);
+        assert!(info.started_at_unix_nano.unwrap() <= exit.finished_at_unix_nano);
+
+        let lines = parse_log(&pod.log_path(&bundle.id));
+        let find = |stream: &str, text: &str| {
+            lines
+                .iter()
+                .any(|(s, t, c)| s == stream && t == "F" && c == text)
+        };
+        assert!(find("stdout", "to-stdout"), "{lines:?}");
+        assert!(find("stderr", "to-stderr"), "{lines:?}");
+        assert!(find("stdout", "no-newline"), "{lines:?}");
+
+        client.delete(&bundle.id, false).await.unwrap();
+        let gone = client.state(&bundle.id).await.unwrap_err();
+        assert_eq!(gone.shim_error().unwrap().kind, ErrorKind::NotFound);
+        assert!(!pod.state.join("containers").join(&bundle.id).exists());
+        assert!(client.list().await.unwrap().is_empty());
+    });
+}
+
+#[test]
+fn kill_and_forced_delete() {
+    let pod = Pod::start("kill");
+    let a = pod.bundle("a", &["sleep", "1000"]);
+    let b = pod.bundle("b", &["sleep", "1000"]);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        for bundle in [&a, &b] {
+            let pid = client
+                .create_container(pod.create_request(bundle))
+                .await
+                .unwrap();
+            pod.track(pid);
+            client.start(&bundle.id).await.unwrap();
+        }
+        // Not forced: a running container stays.
+        let refused = client.delete(&a.id, false).await.unwrap_err();
+        assert_eq!(
+            refused.shim_error().unwrap().kind,
+            ErrorKind::FailedPrecondition
+        );
+        client.kill(&a.id, libc::SIGKILL, false).await.unwrap();
+        let exit = client
+            .wait(&a.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert_eq!((exit.exit_code, exit.signal), (137, Some(9)));
+        // Signalling an exited container is harmless.
+        client.kill(&a.id, libc::SIGKILL, false).await.unwrap();
+        client.delete(&a.id, false).await.unwrap();
+
+        let pid_b = client.state(&b.id).await.unwrap().pid.unwrap();
+        client.delete(&b.id, true).await.unwrap();
+        assert!(wait_for(Duration::from_secs(5), || !alive(pid_b)));
+        assert!(!std::path::Path::new("/sys/fs/cgroup/memory/crius-test")
+            .join(&b.id)
+            .exists());
+    });
+}
+
+#[test]
+fn exec_sync_output_exit_code_timeout_and_background_child() {
+    let pod = Pod::start("exec");
+    let bundle = pod.bundle("c", &["sleep", "1000"]);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        let exec = |args: &[&str], timeout_ms: u64| ExecSync {
+            id: bundle.id.clone(),
+            process: exec_process(args),
+            timeout_ms,
+            output_limit: 0,
+        };
+
+        let out = client
+            .exec_sync(exec(
+                &["sh", "-c", "echo hi; echo oops >&2; exit 5"],
+                10_000,
+            ))
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, 5);
+        assert_eq!(out.stdout, b"hi\n");
+        assert_eq!(out.stderr, b"oops\n");
+        assert!(!out.timed_out);
+
+        // A second request is served while an exec runs.
+        let slow = client.exec_sync(exec(&["sleep", "1"], 10_000));
+        let quick = async {
+            let t = Instant::now();
+            client.state(&bundle.id).await.unwrap();
+            t.elapsed()
+        };
+        let (slow, quick) = tokio::join!(slow, quick);
+        assert_eq!(slow.unwrap().exit_code, 0);
+        assert!(quick < ms(500), "state took {quick:?} during an exec");
+
+        let t = Instant::now();
+        let out = client.exec_sync(exec(&["sleep", "10"], 300)).await.unwrap();
+        assert!(out.timed_out);
+        assert_eq!(out.signal, Some(9));
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+
+        let t = Instant::now();
+        let out = client
+            .exec_sync(exec(&["sh", "-c", "sleep 30 & echo started"], 10_000))
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, 0);
+        assert_eq!(out.stdout, b"started\n");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+
+        let mut big = exec(&["sh", "-c", "head -c 100000 /dev/zero"], 10_000);
+        big.output_limit = 1000;
+        let out = client.exec_sync(big).await.unwrap();
+        assert_eq!(out.stdout.len(), 1000);
+        assert!(out.stdout_truncated && !out.stderr_truncated);
+
+        let missing = client.exec_sync(exec(&["/no/such/binary"], 10_000)).await;
+        assert!(missing.is_err() || missing.unwrap().exit_code != 0);
+
+        let stopped = client
+            .exec_sync(ExecSync {
+                id: "no-such".into(),
+                ..exec(&["true"], 0)
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(stopped.shim_error().unwrap().kind, ErrorKind::NotFound);
+    });
+}
+
+#[test]
+fn reopen_log_continues_in_a_new_file() {
+    let pod = Pod::start("reopen");
+    let bundle = pod.bundle(
+        "c",
+        &[
+            "sh",
+            "-c",
+            "i=0; while true; do echo line$i; i=$((i+1)); sleep 0.02; done",
+        ],
+    );
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        let log = pod.log_path(&bundle.id);
+        assert!(wait_for(Duration::from_secs(5), || parse_log(&log).len() >= 5));
+        let rotated = log.with_extension("log.1");
+        fs::rename(&log, &rotated).unwrap();
+        client.reopen_log(&bundle.id).await.unwrap();
+        assert!(wait_for(Duration::from_secs(5), || parse_log(&log).len() >= 5));
+        client.kill(&bundle.id, libc::SIGKILL, false).await.unwrap();
+        client
+            .wait(&bundle.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        // Nothing lost across the rotation: the numbers run on without a gap.
+        let numbers: Vec<u64> = parse_log(&rotated)
+            .into_iter()
+            .chain(parse_log(&log))
+            .map(|(_, _, c)| c.trim_start_matches("line").parse().unwrap())
+            .collect();
+        assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{numbers:?}");
+    });
+}
+
+#[test]
+fn tty_container_logs_as_stdout() {
+    let pod = Pod::start("tty");
+    let mut bundle = pod.bundle(
+        "c",
+        &[
+            "sh",
+            "-c",
+            "echo hello-tty; test -t 1 && echo is-a-tty; echo err-on-tty >&2",
+        ],
+    );
+    bundle.set_terminal(true);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let mut req = pod.create_request(&bundle);
+        req.tty = true;
+        req.stdin = true;
+        let pid = client.create_container(req).await.unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        let exit = client
+            .wait(&bundle.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert_eq!(exit.exit_code, 0);
+        let lines = parse_log(&pod.log_path(&bundle.id));
+        for text in ["hello-tty", "is-a-tty", "err-on-tty"] {
+            assert!(
+                lines
+                    .iter()
+                    .any(|(s, t, c)| s == "stdout" && t == "F" && c == text),
+                "{text} in {lines:?}"
+            );
+        }
+    });
+}
+
+#[test]
+fn pause_reaps_orphans_and_exits_on_sigterm() {
+    let pod = Pod::start("pause");
+    // The static pause, read-only bind-mounted into a rootfs with nothing else.
+    let pause_bin = pod.dir.path().join("crius-pause");
+    let status = std::process::Command::new(common::SHIM)
+        .arg("--install-pause")
+        .arg(&pause_bin)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let size = fs::metadata(&pause_bin).unwrap().len();
+    assert!(size < 64 * 1024, "pause is {size} bytes");
+    let mut sandbox = pod.bundle("sandbox", &["/pause"]);
+    let rootfs = sandbox.rootfs();
+    fs::remove_dir_all(&rootfs).unwrap();
+    fs::create_dir_all(&rootfs).unwrap();
+    fs::write(rootfs.join("pause"), b"").unwrap();
+    sandbox.add_ro_bind(&pause_bin, "/pause");
+
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pause_pid = client
+            .create_container(pod.create_request(&sandbox))
+            .await
+            .unwrap();
+        pod.track(pause_pid);
+        client.start(&sandbox.id).await.unwrap();
+
+        // A container in the pod's pid namespace leaves an orphan behind for pause to reap.
+        let mut worker = pod.bundle("worker", &["sh", "-c", "(sleep 0.3; true) & exit 0"]);
+        worker.join_pid_ns(pause_pid);
+        let pid = client
+            .create_container(pod.create_request(&worker))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&worker.id).await.unwrap();
+        client
+            .wait(&worker.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        std::thread::sleep(ms(800));
+        let zombies = children_of(pause_pid)
+            .into_iter()
+            .filter(|(_, state)| *state == 'Z')
+            .count();
+        assert_eq!(zombies, 0, "pause left zombies");
+        client.delete(&worker.id, false).await.unwrap();
+
+        client
+            .kill(&sandbox.id, libc::SIGTERM, false)
+            .await
+            .unwrap();
+        let exit = client
+            .wait(&sandbox.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert_eq!((exit.exit_code, exit.signal), (0, None));
+        client.delete(&sandbox.id, false).await.unwrap();
+    });
+}
+
+/// (pid, state) of the processes whose parent is `ppid`.
+fn children_of(ppid: i32) -> Vec<(i32, char)> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let mut fields = rest.split(' ');
+        let state = fields.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let parent: i32 = fields.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        if parent == ppid {
+            out.push((pid, state));
+        }
+    }
+    out
+}
+
+#[test]
+fn shim_outlives_its_launcher_and_shutdown_removes_state() {
+    let pod = Pod::start("detach");
+    let bundle = pod.bundle(
+        "c",
+        &["sh", "-c", "while true; do echo tick; sleep 0.05; done"],
+    );
+    // Launched, and the launching process is gone: the shim is in a session of its own (not
+    // its leader: it forked once more) and not our child.
+    let stat = fs::read_to_string(format!("/proc/{}/stat", pod.shim_pid)).unwrap();
+    let (_, rest) = stat.rsplit_once(") ").unwrap();
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let (ppid, sid): (i32, i32) = (fields[1].parse().unwrap(), fields[3].parse().unwrap());
+    assert_ne!(ppid, std::process::id() as i32);
+    // SAFETY: getsid(0) only reads our own session id.
+    assert_ne!(sid, unsafe { libc::getsid(0) });
+    assert_eq!(
+        fs::read_to_string(pod.state.join("shim.pid")).unwrap(),
+        pod.shim_pid.to_string()
+    );
+
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        // The container is the shim's (re-parented) child, not ours.
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let parent: i32 = stat
+            .rsplit_once(") ")
+            .unwrap()
+            .1
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(parent, pod.shim_pid);
+
+        // Shutdown with a container left: the shim stays until the container is deleted.
+        client.shutdown().await.unwrap();
+        std::thread::sleep(ms(200));
+        assert!(pod.shim_alive());
+        let refused = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.shim_error().unwrap().kind,
+            ErrorKind::FailedPrecondition
+        );
+        client.delete(&bundle.id, true).await.unwrap();
+    });
+    assert!(wait_for(Duration::from_secs(5), || !pod.shim_alive()));
+    assert!(!pod.state.exists(), "state dir left behind");
+}
+
+#[test]
+fn sigterm_to_the_shim_kills_its_containers_and_records_exits() {
+    let pod = Pod::start("term");
+    let bundle = pod.bundle("c", &["sleep", "1000"]);
+    let pid = runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        pid
+    });
+    // SAFETY: kill(2) of the shim this test started.
+    unsafe { libc::kill(pod.shim_pid, libc::SIGTERM) };
+    assert!(wait_for(Duration::from_secs(5), || !pod.shim_alive()));
+    assert!(!alive(pid));
+    assert!(!pod.state.exists());
+}
+
+#[test]
+fn oom_kill_is_recorded() {
+    let pod = Pod::start("oom");
+    let mut bundle = pod.bundle(
+        "c",
+        &[
+            "sh",
+            "-c",
+            "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived",
+        ],
+    );
+    bundle.set_memory_limit(16 * 1024 * 1024);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        let exit = client
+            .wait(&bundle.id, Some(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        assert!(exit.oom_killed, "{exit:?}");
+        client.delete(&bundle.id, false).await.unwrap();
+    });
+}
+
+#[test]
+fn unknown_ids_and_bad_requests() {
+    let pod = Pod::start("unknown");
+    runtime().block_on(async {
+        let client = pod.client().await;
+        for err in [
+            client.start("nope").await.unwrap_err(),
+            client.kill("nope", 9, false).await.unwrap_err(),
+            client.delete("nope", true).await.unwrap_err(),
+            client.reopen_log("nope").await.unwrap_err(),
+            client.wait("nope", None).await.unwrap_err(),
+        ] {
+            assert_eq!(err.shim_error().unwrap().kind, ErrorKind::NotFound);
+        }
+        let mut req = crius_api::shim::CreateContainer {
+            id: "bad/id".into(),
+            bundle: "/nonexistent".into(),
+            stdin: false,
+            stdin_once: false,
+            tty: false,
+            log_path: None,
+        };
+        let e = client.create_container(req.clone()).await.unwrap_err();
+        assert_eq!(e.shim_error().unwrap().kind, ErrorKind::InvalidArgument);
+        req.id = "ok".into();
+        let e = client.create_container(req).await.unwrap_err();
+        assert_eq!(e.shim_error().unwrap().kind, ErrorKind::InvalidArgument);
+    });
+}

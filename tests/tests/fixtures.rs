@@ -463,3 +463,59 @@ async fn crius_serves_version_and_survives_kill9() {
     drop(crius);
     assert!(!dir.exists(), "{} left behind", dir.display());
 }
+
+#[test]
+fn fixtures_clean_up_when_a_test_panics() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let outcome = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let registry = Registry::start().unwrap();
+            let crius = Crius::start("").await.unwrap();
+            // A mount a failed test could leave in crius's root.
+            let mnt = crius.root().join("crius-leftover-mount");
+            std::fs::create_dir(&mnt).unwrap();
+            nix::mount::mount(
+                Some("tmpfs"),
+                &mnt,
+                Some("tmpfs"),
+                nix::mount::MsFlags::empty(),
+                None::<&str>,
+            )
+            .unwrap();
+            let registry_dir = registry.storage_dir().parent().unwrap().to_owned();
+            tx.send((
+                crius.dir().to_owned(),
+                crius.pid().unwrap(),
+                registry_dir,
+                registry.url(),
+            ))
+            .unwrap();
+            panic!("deliberate panic with live fixtures");
+        })
+    })
+    .join();
+    assert!(outcome.is_err(), "the thread should have panicked");
+
+    let (crius_dir, crius_pid, registry_dir, registry_url) = rx.recv().unwrap();
+    assert!(!crius_dir.exists(), "{} left behind", crius_dir.display());
+    assert!(
+        !registry_dir.exists(),
+        "{} left behind",
+        registry_dir.display()
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{crius_pid}")).exists(),
+        "crius (pid {crius_pid}) still running"
+    );
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mountinfo.contains(crius_dir.to_str().unwrap()),
+        "{mountinfo}"
+    );
+    let client = RegistryClient::new(&registry_url, None);
+    assert!(client.get("/v2/").is_err(), "registry still answers");
+}

@@ -11,7 +11,7 @@
 //!
 //! let network = Network::new(NetworkOptions::default());
 //!
-//! // Status: NetworkReady is `network.status().await.is_ok()`; the error text is the reason.
+//! // Status: NetworkReady is `network.status().is_ok()`; the error text is the reason.
 //!
 //! // RunPodSandbox (unless host network):
 //! let annotations = std::collections::BTreeMap::new();
@@ -49,8 +49,9 @@
 //!   `io.kubernetes.cri.pod-annotations`, `cgroupPath`).
 //! * [`Network::teardown`] runs DEL for what the cache recorded, in reverse order, with the ADD
 //!   result as `prevResult`, and forgets a record only after its DEL succeeded.
-//! * [`Network::check`], [`Network::status`], [`Network::gc`] map to CHECK, STATUS and GC where
-//!   the config's version has them (CHECK ≥ 0.4.0, STATUS/GC ≥ 1.1.0).
+//! * [`Network::status`] only checks that a config is present (cheap, for CRI `Status`).
+//! * [`Network::check`], [`Network::plugin_status`], [`Network::gc`] map to CHECK, STATUS and GC
+//!   where the config's version has them (CHECK ≥ 0.4.0, STATUS/GC ≥ 1.1.0).
 //! * [`Network::cached_result`] gives the recorded ADD result back after a daemon restart.
 //! * [`netns`] creates, removes and enters pinned network namespaces without ever changing the
 //!   namespace of a thread it does not own.

@@ -225,6 +225,8 @@ impl Network {
     /// what was attached is detached again before the error is returned; should that DEL fail
     /// too, the records stay and a later [`Network::teardown`] retries. So: after any `setup`,
     /// successful or not, `teardown` is what releases everything, and it is always safe to call.
+    /// Dropping the future (say on the client's deadline) kills the plugin that is running and
+    /// leaves the record for `teardown` likewise.
     pub async fn setup(&self, pod: &PodNetwork) -> Result<AddResult> {
         check_container_id(&pod.id)?;
         let list = self.conf.load()?;
@@ -412,10 +414,22 @@ impl Network {
         Ok(())
     }
 
-    /// Whether the network is ready: a config is present (else [`Error::NoNetworkConfig`]) and,
-    /// for a ≥ 1.1.0 config, every plugin answers STATUS without error (plugins report codes
-    /// 50/51 when they cannot serve ADD).
-    pub async fn status(&self) -> Result<NetworkStatus> {
+    /// Whether the network is ready, cheaply: a valid config is present in the conf dir (else
+    /// [`Error::NoNetworkConfig`], "no network config found in DIR"). Costs a `readdir` and a
+    /// `stat` per config file (the config is re-read only when something changed), so it suits
+    /// CRI `Status`, which kubelet calls every few seconds. Runs no plugin.
+    pub fn status(&self) -> Result<NetworkStatus> {
+        let list = self.conf.load()?;
+        Ok(NetworkStatus {
+            network: list.name.clone(),
+            cni_version: list.cni_version.clone(),
+            source: list.source.clone(),
+        })
+    }
+
+    /// [`Network::status`], and for a ≥ 1.1.0 config also CNI STATUS on every plugin (they
+    /// answer codes 50/51 when they cannot serve ADD). Runs one process per plugin.
+    pub async fn plugin_status(&self) -> Result<NetworkStatus> {
         let list = self.conf.load()?;
         if list.version().has_status_and_gc() {
             for plugin in &list.plugins {

@@ -15,7 +15,7 @@ use crius_cni::{netns, Error, PortMapping};
 async fn add_gives_reachable_ips_and_del_releases_them() {
     let _g = lock().await;
     let t = TestNet::new(1, "").with_loopback_plugin();
-    let st = t.network.status().await.unwrap();
+    let st = t.network.status().unwrap();
     assert_eq!(st.network, "crius-test-1");
     assert_eq!(st.cni_version, "1.0.0");
 
@@ -219,7 +219,7 @@ async fn del_works_after_restart_with_netns_gone_and_config_removed() {
     t.restart();
     netns::remove(&p.netns_path).unwrap();
     std::fs::remove_file(t.path("net.d/10-crius-test.conflist")).unwrap();
-    let err = t.network.status().await.unwrap_err();
+    let err = t.network.status().unwrap_err();
     assert!(err.is_no_config());
     assert_eq!(
         err.to_string(),
@@ -246,7 +246,7 @@ async fn del_works_after_restart_with_netns_gone_and_config_removed() {
         r#"{"cniVersion":"1.0.0","name":"crius-again","plugins":[{"type":"loopback"}]}"#,
     )
     .unwrap();
-    assert_eq!(t.network.status().await.unwrap().network, "crius-again");
+    assert_eq!(t.network.status().unwrap().network, "crius-again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

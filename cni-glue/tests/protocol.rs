@@ -221,14 +221,17 @@ async fn protocol_of_a_1_1_0_chain() {
     }
 
     // STATUS: every plugin, without attachment parameters; code 50 surfaces.
-    let st = rig.network.status().await.unwrap();
+    let st = rig.network.status().unwrap();
     assert_eq!(st.cni_version, "1.1.0");
+    assert!(rig.take_calls().is_empty(), "status() runs no plugin");
+    let st = rig.network.plugin_status().await.unwrap();
+    assert_eq!(st.network, "crius-proto");
     let calls = rig.take_calls();
     assert_eq!(order(&calls), ["STATUS crius-rec-a", "STATUS crius-rec-b"]);
     assert_eq!(calls[0].env[0], "CNI_CONTAINERID=unset");
     assert!(calls[0].stdin.get("runtimeConfig").is_none());
     std::fs::write(rig.path("status-fail"), b"").unwrap();
-    let err = rig.network.status().await.unwrap_err();
+    let err = rig.network.plugin_status().await.unwrap_err();
     assert_eq!(err.cni_code(), Some(50));
     assert!(err.to_string().contains("no IPs left"), "{err}");
     std::fs::remove_file(rig.path("status-fail")).unwrap();
@@ -272,7 +275,7 @@ async fn older_versions_get_only_their_commands() {
     let pod = pod();
     rig.network.setup(&pod).await.unwrap();
     rig.take_calls();
-    rig.network.status().await.unwrap();
+    rig.network.plugin_status().await.unwrap();
     rig.network.gc(&[pod.id.clone()].into()).await.unwrap();
     assert!(rig.take_calls().is_empty());
     rig.network.check(&pod.id).await.unwrap();
@@ -306,7 +309,7 @@ async fn config_change_does_not_change_what_del_runs() {
             .to_string(),
     )
     .unwrap();
-    assert_eq!(rig.network.status().await.unwrap().network, "crius-other");
+    assert_eq!(rig.network.status().unwrap().network, "crius-other");
     rig.network.teardown(&pod.id).await.unwrap();
     let calls = rig.take_calls();
     assert_eq!(order(&calls), ["DEL crius-rec-b", "DEL crius-rec-a"]);

@@ -308,3 +308,47 @@ fn netns_create_pins_and_remove_unpins() {
     assert!(netns::command(Path::new(&path), "true").is_err());
     netns::remove(&path).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bandwidth_annotations_shape_the_pod() {
+    let _g = lock().await;
+    let t = TestNet::new(
+        6,
+        r#", {"type": "bandwidth", "capabilities": {"bandwidth": true}}"#,
+    );
+    let mut p = t.pod("bw");
+    p.annotations.insert(
+        crius_cni::capabilities::INGRESS_BANDWIDTH_ANNOTATION.into(),
+        "1M".into(),
+    );
+    p.annotations.insert(
+        crius_cni::capabilities::EGRESS_BANDWIDTH_ANNOTATION.into(),
+        "2M".into(),
+    );
+    p.bandwidth = crius_cni::Bandwidth::from_annotations(&p.annotations).unwrap();
+    let links_before = common::links();
+    let r = t.network.setup(&p).await.unwrap();
+    let host_veth = r
+        .interfaces
+        .iter()
+        .find(|i| i.sandbox.is_none() && i.name != t.bridge)
+        .unwrap()
+        .name
+        .clone();
+    // Ingress to the pod is shaped on the host side of its veth with a token bucket at 1 Mbit.
+    let qdisc = common::run("tc", &["qdisc", "show", "dev", &host_veth]);
+    assert!(qdisc.contains("tbf") && qdisc.contains("1Mbit"), "{qdisc}");
+    // Egress goes through an ifb device the plugin made (named bwp<hash>).
+    let added: Vec<String> = common::links()
+        .into_iter()
+        .filter(|l| !links_before.contains(l) && l.starts_with("bwp"))
+        .collect();
+    assert_eq!(added.len(), 1, "{added:?}");
+    let qdisc = common::run("tc", &["qdisc", "show", "dev", &added[0]]);
+    assert!(qdisc.contains("tbf") && qdisc.contains("2Mbit"), "{qdisc}");
+
+    t.network.teardown(&p.id).await.unwrap();
+    assert!(!common::link_exists(&added[0]), "ifb {} left", added[0]);
+    assert!(!common::link_exists(&host_veth));
+    assert!(t.allocated_ips().is_empty());
+}

@@ -317,3 +317,21 @@ pub fn remove_empty_portmap_chains() {
             .status();
     }
 }
+
+/// Names of the host's network interfaces.
+pub fn links() -> Vec<String> {
+    std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Runs a command and returns its stdout (stderr appended on failure, for assertion messages).
+pub fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    text
+}

@@ -37,7 +37,7 @@ pub struct Crius {
     // Drives the gRPC connection. A runtime of its own, because a test's runtime may be blocked
     // (in `stop`, in drop, in a blocking fixture call) exactly when crius sends GOAWAY on
     // SIGTERM; a connection nobody drives keeps crius waiting for its drain timeout.
-    grpc: Option<tokio::runtime::Runtime>,
+    grpc: GrpcRuntime,
     runtime: RuntimeServiceClient<Channel>,
     image: ImageServiceClient<Channel>,
     // Dropped last, after `Drop::drop` has stopped the process.
@@ -61,17 +61,12 @@ impl Crius {
             std::fs::create_dir(&path)
                 .map_err(|source| Error::io("create crius dir", &path, source))?;
         }
-        let grpc = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("crius-tests-grpc")
-            .enable_all()
-            .build()
-            .map_err(|source| Error::io("start the gRPC client runtime", "", source))?;
+        let grpc = GrpcRuntime::new()?;
         let (child, channel) = launch(&bin, &dir, grpc.handle()).await?;
         Ok(Crius {
             bin,
             child: Some(child),
-            grpc: Some(grpc),
+            grpc,
             runtime: RuntimeServiceClient::new(channel.clone()),
             image: ImageServiceClient::new(channel),
             dir,
@@ -173,14 +168,7 @@ impl Crius {
             self.stop()?;
         }
         log_marker(&self.log_path(), "restart");
-        let Some(grpc) = self.grpc.as_ref() else {
-            return Err(Error::io(
-                "restart crius",
-                self.dir(),
-                std::io::Error::other("the gRPC client runtime is gone"),
-            ));
-        };
-        let (child, channel) = launch(&self.bin, &self.dir, grpc.handle()).await?;
+        let (child, channel) = launch(&self.bin, &self.dir, self.grpc.handle()).await?;
         self.child = Some(child);
         self.runtime = RuntimeServiceClient::new(channel.clone());
         self.image = ImageServiceClient::new(channel);
@@ -195,16 +183,45 @@ impl Drop for Crius {
                 eprintln!("crius-tests: stop crius: {err}");
             }
         }
-        if let Some(grpc) = self.grpc.take() {
-            // Allowed inside an async context, unlike dropping the runtime.
-            grpc.shutdown_background();
-        }
         if std::thread::panicking() {
             eprintln!(
                 "--- crius log ({}) ---\n{}",
                 self.log_path().display(),
                 self.log()
             );
+        }
+    }
+}
+
+/// A one-thread runtime for the client side of the gRPC connection.
+#[derive(Debug)]
+struct GrpcRuntime(Option<tokio::runtime::Runtime>);
+
+impl GrpcRuntime {
+    fn new() -> Result<GrpcRuntime> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("crius-tests-grpc")
+            .enable_all()
+            .build()
+            .map_err(|source| Error::io("start the gRPC client runtime", "", source))?;
+        Ok(GrpcRuntime(Some(runtime)))
+    }
+
+    fn handle(&self) -> &Handle {
+        match &self.0 {
+            Some(runtime) => runtime.handle(),
+            None => unreachable!("the runtime is only taken in drop"),
+        }
+    }
+}
+
+impl Drop for GrpcRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            // Tests drop fixtures inside async code, where dropping a runtime panics;
+            // shutting it down in the background is allowed there.
+            runtime.shutdown_background();
         }
     }
 }

@@ -519,3 +519,16 @@ fn fixtures_clean_up_when_a_test_panics() {
     let client = RegistryClient::new(&registry_url, None);
     assert!(client.get("/v2/").is_err(), "registry still answers");
 }
+
+#[tokio::test]
+async fn crius_start_failure_carries_its_log() {
+    let err = Crius::start("crius_tests_unknown_key = 1\n")
+        .await
+        .expect_err("crius started with an unknown config key");
+    let message = format!("{err:?}");
+    assert!(
+        matches!(err, crius_tests::Error::Start { name: "crius", .. }),
+        "{message}"
+    );
+    assert!(message.contains("crius_tests_unknown_key"), "{message}");
+}

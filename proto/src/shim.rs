@@ -42,6 +42,13 @@
 //! - `containers/<id>/exit.json`: an [`ExitInfo`], written atomically when the container's init
 //!   exits, for crius to read even after its own restart or the shim's death ([`read_exit_file`]).
 //! - `shim.log` (unless `--log` names another file): the shim's own log.
+//!
+//! # Lifetime
+//!
+//! After `shutdown` the shim refuses new containers and execs, keeps serving the rest, and
+//! exits as soon as no container is left, removing its whole state directory. On SIGTERM or
+//! SIGINT it kills every container, records their exits, and exits; then only `shim.log` and
+//! `containers/<id>/exit.json` remain, for crius to read and remove.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -103,8 +110,9 @@ pub enum Op {
         #[serde(default)]
         all: bool,
     },
-    /// Forget a container: its libcontainer state and cgroup are removed. The log file and
-    /// `exit.json` stay (the log belongs to kubelet, the exit record to crius).
+    /// Forget a container: its cgroup, libcontainer state and `containers/<id>/` (with
+    /// `exit.json`) are removed; the log file stays (it belongs to kubelet). A created (never
+    /// started) container may be deleted without `force`; its init is killed first.
     Delete {
         id: String,
         /// Kill the container's processes first if they still run.
@@ -152,7 +160,8 @@ pub struct CreateContainer {
 pub struct ExecSync {
     /// The container to run in; it must be running.
     pub id: String,
-    /// An OCI runtime-spec `process` object (args, env, cwd, user, capabilities, ...).
+    /// An OCI runtime-spec `process` object (args, env, cwd, user, capabilities, ...), used as
+    /// it is: nothing is merged from the container's own process. `terminal` is forced off.
     pub process: serde_json::Value,
     /// Kill the process (SIGKILL) after this long; `0` means no limit.
     #[serde(default)]

@@ -299,8 +299,18 @@ impl Shim {
         }
         self.flush_before_exit();
         info!(target: "crius_shim", pod = %self.cfg.pod_id, "shim exits");
-        if let Err(e) = fs::remove_dir_all(&self.cfg.state_dir) {
-            warn!(target: "crius_shim", error = %e, "remove state dir");
+        let state = &self.cfg.state_dir;
+        if self.shutdown_requested {
+            if let Err(e) = fs::remove_dir_all(state) {
+                warn!(target: "crius_shim", error = %e, "remove state dir");
+            }
+        } else {
+            // Terminated by a signal: keep `containers/*/exit.json` and the log, drop what
+            // says a shim is serving.
+            let _ = fs::remove_file(state.join(crius_api::shim::CONTROL_SOCKET));
+            let _ = fs::remove_file(state.join(crius_api::shim::PID_FILE));
+            let _ = fs::remove_dir_all(&self.runc_root);
+            let _ = fs::remove_dir_all(state.join("exec"));
         }
     }
 
@@ -647,6 +657,12 @@ impl Shim {
                 ),
             ));
         }
+        check_spec(&req.bundle, req.tty).map_err(|m| {
+            err(
+                ErrorKind::InvalidArgument,
+                format!("create container {id}: {m}"),
+            )
+        })?;
         let internal = |what: &str, e: io::Error| {
             err(
                 ErrorKind::Internal,
@@ -846,7 +862,10 @@ impl Shim {
                 self.complete(waiter, response);
             }
         }
-        let _ = fs::remove_dir_all(self.container_dir(id));
+        // On SIGTERM the exit records stay for crius to read; a requested delete removes them.
+        if !self.terminating || self.shutdown_requested {
+            let _ = fs::remove_dir_all(self.container_dir(id));
+        }
         info!(target: "crius_shim", container = %id, "deleted");
         Ok(())
     }
@@ -1274,6 +1293,37 @@ impl Shim {
             }
         }
     }
+}
+
+/// Catch the spec mistakes libcontainer turns into surprises: without an absolute
+/// `linux.cgroupsPath` it creates a literal `:youki:<id>` cgroup, and a `process.terminal` that
+/// disagrees with the `tty` flag fails deep inside the create.
+fn check_spec(bundle: &Path, tty: bool) -> Result<(), String> {
+    let path = bundle.join("config.json");
+    let text = fs::read(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let spec: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| format!("parse {}: {e}", path.display()))?;
+    let cgroups_path = spec
+        .pointer("/linux/cgroupsPath")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    if !cgroups_path.starts_with('/') {
+        return Err(format!(
+            "{}: linux.cgroupsPath must be an absolute path, not {cgroups_path:?}",
+            path.display()
+        ));
+    }
+    let terminal = spec
+        .pointer("/process/terminal")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    if terminal != tty {
+        return Err(format!(
+            "{}: process.terminal is {terminal} but tty is {tty}",
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Read from an exec's pipe: up to `rounds` reads, until it would block or ends.

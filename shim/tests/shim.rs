@@ -67,6 +67,8 @@ fn lifecycle_logs_and_exit_code() {
         assert!(find("stdout", "to-stdout"), "{lines:?}");
         assert!(find("stderr", "to-stderr"), "{lines:?}");
         assert!(find("stdout", "no-newline"), "{lines:?}");
+        // Nothing else: no runtime chatter in the container's output.
+        assert_eq!(lines.len(), 3, "{lines:?}");
 
         client.delete(&bundle.id, false).await.unwrap();
         let gone = client.state(&bundle.id).await.unwrap_err();
@@ -106,6 +108,24 @@ fn kill_and_forced_delete() {
         // Signalling an exited container is harmless.
         client.kill(&a.id, libc::SIGKILL, false).await.unwrap();
         client.delete(&a.id, false).await.unwrap();
+
+        // A created container (never started) is deleted without force; a waiter hears.
+        let c = pod.bundle("c", &["sleep", "1000"]);
+        let pid_c = client
+            .create_container(pod.create_request(&c))
+            .await
+            .unwrap();
+        pod.track(pid_c);
+        let waiter = client.wait(&c.id, Some(Duration::from_secs(10)));
+        let delete = async {
+            tokio::time::sleep(ms(100)).await;
+            client.delete(&c.id, false).await
+        };
+        let (waited, deleted) = tokio::join!(waiter, delete);
+        deleted.unwrap();
+        assert_eq!(waited.unwrap().signal, Some(9));
+        assert!(wait_for(Duration::from_secs(5), || !alive(pid_c)));
+        assert!(parse_log(&pod.log_path(&c.id)).is_empty());
 
         let pid_b = client.state(&b.id).await.unwrap().pid.unwrap();
         client.delete(&b.id, true).await.unwrap();
@@ -434,7 +454,14 @@ fn sigterm_to_the_shim_kills_its_containers_and_records_exits() {
     unsafe { libc::kill(pod.shim_pid, libc::SIGTERM) };
     assert!(wait_for(Duration::from_secs(5), || !pod.shim_alive()));
     assert!(!alive(pid));
-    assert!(!pod.state.exists());
+    // The exit is on record for crius; nothing says a shim still serves.
+    let exit = crius_api::shim::read_exit_file(&pod.state, &bundle.id)
+        .unwrap()
+        .unwrap();
+    assert_eq!((exit.exit_code, exit.signal), (137, Some(9)));
+    assert!(!pod.socket().exists());
+    assert!(!pod.state.join("shim.pid").exists());
+    assert!(!pod.state.join("runc").exists());
 }
 
 #[test]
@@ -493,5 +520,19 @@ fn unknown_ids_and_bad_requests() {
         req.id = "ok".into();
         let e = client.create_container(req).await.unwrap_err();
         assert_eq!(e.shim_error().unwrap().kind, ErrorKind::InvalidArgument);
+
+        // A relative cgroupsPath would make libcontainer invent a cgroup: refused up front.
+        let mut bundle = pod.bundle("relcg", &["true"]);
+        let mut linux = bundle.spec.linux().clone().unwrap();
+        linux.set_cgroups_path(Some("crius-test/relative".into()));
+        bundle.spec.set_linux(Some(linux));
+        bundle.save();
+        let e = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap_err();
+        assert_eq!(e.shim_error().unwrap().kind, ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains("cgroupsPath"), "{e}");
+        assert!(client.list().await.unwrap().is_empty());
     });
 }

@@ -181,6 +181,9 @@ fn remove_cgroup(rel: &str) {
 
 impl Drop for Pod {
     fn drop(&mut self) {
+        if std::thread::panicking() || std::env::var_os("CRIUS_SHIM_TEST_LOG").is_some() {
+            eprintln!("--- shim log of {} ---\n{}", self.id, self.shim_log());
+        }
         kill(self.shim_pid, libc::SIGKILL);
         for pid in self.pids.lock().unwrap().iter() {
             kill(*pid, libc::SIGKILL);

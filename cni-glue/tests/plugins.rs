@@ -101,6 +101,7 @@ async fn add_gives_reachable_ips_and_del_releases_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn port_mapping_forwards_localhost_to_the_pod() {
     let _g = lock().await;
+    let chains = common::PortmapChainsGuard;
     let t = TestNet::new(
         2,
         r#", {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}"#,
@@ -132,7 +133,8 @@ async fn port_mapping_forwards_localhost_to_the_pod() {
         );
     }
     assert!(t.allocated_ips().is_empty());
-    common::remove_empty_portmap_chains();
+    drop(t);
+    drop(chains);
     let save = common::iptables_save();
     assert!(
         !save.contains("CNI-HOSTPORT-") || save.contains("-j CNI-DN-"),

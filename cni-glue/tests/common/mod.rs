@@ -281,6 +281,16 @@ pub fn iptables_save() -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs [`remove_empty_portmap_chains`] when dropped (declare it before the `TestNet`, so it
+/// drops after the pods were torn down).
+pub struct PortmapChainsGuard;
+
+impl Drop for PortmapChainsGuard {
+    fn drop(&mut self) {
+        remove_empty_portmap_chains();
+    }
+}
+
 /// Removes portmap's shared chains (CNI-HOSTPORT-*) and the jumps to them, but only when no
 /// per-pod rule is left in them (so nobody else's mappings are touched).
 pub fn remove_empty_portmap_chains() {

@@ -238,7 +238,7 @@ impl Extractor {
             let target = full.with_file_name(hidden);
             self.remove_existing(&target, false)
                 .map_err(|e| self.fail(&rel, "replace", e))?;
-            mknod(&target, libc::S_IFCHR | 0o000, 0).map_err(|e| self.fail(&rel, "whiteout", e))?;
+            mknod(&target, libc::S_IFCHR, 0).map_err(|e| self.fail(&rel, "whiteout", e))?;
             std::os::unix::fs::lchown(&target, Some(uid), Some(gid))
                 .map_err(|e| self.fail(&rel, "chown", e))?;
             return Ok(());

@@ -1,0 +1,674 @@
+//! Pulls against a real docker-registry on 127.0.0.1 (and a fake one for stalls and bearer
+//! tokens). Needs root (ownership, device nodes, overlay mounts), /usr/bin/docker-registry,
+//! busybox-static and apache2-utils.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use crius_image::{Auth, ErrorKind, ImageStore, Platform, StoreConfig};
+
+fn root() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("crius-image-root")
+        .tempdir()
+        .unwrap()
+}
+
+fn open(root: &Path, hosts: Option<&Path>) -> ImageStore {
+    ImageStore::open(StoreConfig {
+        root: root.to_path_buf(),
+        registry_config_dir: hosts.map(Path::to_path_buf),
+        no_progress_timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map(|rd| rd.count()).unwrap_or(0)
+}
+
+/// Nothing half-written may be left behind by any pull, failed or not.
+fn assert_no_temp_files(root: &Path) {
+    assert_eq!(
+        count_files(&root.join("content/ingest")),
+        0,
+        "ingest files left"
+    );
+    for e in std::fs::read_dir(root.join("snapshots")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.starts_with("tmp-"), "temp snapshot {name} left");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_by_tag_and_digest_then_list_status_remove() {
+    let reg = Registry::start();
+    let pusher = Pusher::new(&reg);
+    let pushed = pusher
+        .image(
+            "crius/busybox",
+            "v1",
+            &ImageSpec::new(vec![busybox_layer()]),
+        )
+        .await;
+    let root = root();
+    let store = open(root.path(), None);
+
+    let name = format!("{}/crius/busybox:v1", reg.host());
+    let rec = store.pull(&name, &Auth::default()).await.unwrap();
+    assert_eq!(rec.id, pushed.config_digest);
+    assert_eq!(rec.repo_tags, vec![name.clone()]);
+    assert_eq!(
+        rec.repo_digests,
+        vec![format!(
+            "{}/crius/busybox@{}",
+            reg.host(),
+            pushed.manifest_digest
+        )]
+    );
+    assert_eq!(rec.uid, None);
+    assert!(rec.size > 1_000_000, "size {}", rec.size);
+
+    // The unpacked busybox is there, with its links.
+    let lower = store.lowerdirs(&rec.id).unwrap();
+    assert_eq!(lower.len(), 1);
+    let bin = lower[0].join("bin");
+    let m = std::fs::metadata(bin.join("busybox")).unwrap();
+    assert_eq!(m.mode() & 0o777, 0o755);
+    assert_eq!(m.nlink(), 2, "bin/true is a hard link to busybox");
+    assert_eq!(
+        std::fs::read_link(bin.join("sh")).unwrap().to_str(),
+        Some("busybox")
+    );
+    assert_eq!(
+        std::fs::metadata(lower[0].join("tmp")).unwrap().mode() & 0o7777,
+        0o1777
+    );
+    assert_eq!(m.mtime(), 1_700_000_000);
+
+    // By digest: same image, no tag added by that pull.
+    let by_digest = format!("{}/crius/busybox@{}", reg.host(), pushed.manifest_digest);
+    let rec2 = store.pull(&by_digest, &Auth::default()).await.unwrap();
+    assert_eq!(rec2.id, rec.id);
+    assert_eq!(rec2.repo_tags, vec![name.clone()]);
+
+    // Lookup by every name a user may use.
+    for n in [&rec.id, &name, &by_digest, &rec.id[7..19].to_string()] {
+        assert_eq!(store.get(n).unwrap().unwrap().id, rec.id, "{n}");
+    }
+    assert_eq!(store.list(None).unwrap().len(), 1);
+    assert_eq!(store.list(Some(&name)).unwrap().len(), 1);
+    assert!(store.list(Some("nothere")).unwrap().is_empty());
+    assert!(store.config_json(&rec).unwrap().contains("diff_ids"));
+    let usage = store.fs_usage().await.unwrap();
+    assert!(
+        usage.used_bytes > 2_000_000 && usage.inodes_used > 5,
+        "{usage:?}"
+    );
+
+    // Records survive a restart.
+    drop(store);
+    let store = open(root.path(), None);
+    assert_eq!(store.get(&name).unwrap().unwrap(), rec2);
+
+    // Removing by tag removes the image, its blobs and snapshots; again is a no-op.
+    assert_eq!(store.remove(&name).await.unwrap(), Some(rec.id.clone()));
+    assert!(store.get(&rec.id).unwrap().is_none());
+    assert_eq!(store.remove(&name).await.unwrap(), None);
+    assert_eq!(count_files(&root.path().join("content/sha256")), 0);
+    assert_eq!(count_files(&root.path().join("snapshots")), 0);
+    assert_no_temp_files(root.path());
+    drop(store);
+    assert!(open(root.path(), None).list(None).unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_through_docker_io_mirror() {
+    let reg = Registry::start();
+    let pusher = Pusher::new(&reg);
+    let mut spec = ImageSpec::new(vec![busybox_layer()]);
+    spec.docker = true;
+    let pushed = pusher.image("library/busybox", "latest", &spec).await;
+    let root = root();
+    let hosts = root.path().join("certs.d");
+    hosts_toml(
+        &hosts,
+        "docker.io",
+        &format!(
+            "server = \"https://registry-1.docker.io\"\n\n[host.\"http://{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+            reg.host()
+        ),
+    );
+    let store = open(root.path(), Some(&hosts));
+    let rec = store.pull("busybox", &Auth::default()).await.unwrap();
+    assert_eq!(rec.id, pushed.config_digest);
+    assert_eq!(rec.repo_tags, vec!["docker.io/library/busybox:latest"]);
+    assert_eq!(
+        rec.repo_digests,
+        vec![format!(
+            "docker.io/library/busybox@{}",
+            pushed.manifest_digest
+        )]
+    );
+    assert!(store
+        .get("docker.io/library/busybox:latest")
+        .unwrap()
+        .is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_picks_the_platform() {
+    let reg = Registry::start();
+    let pusher = Pusher::new(&reg);
+    let amd = pusher
+        .image(
+            "crius/multi",
+            "amd64",
+            &ImageSpec::new(vec![busybox_layer()]),
+        )
+        .await;
+    let mut arm_spec = ImageSpec::new(vec![tar(&[file("arch", "arm64")])]);
+    arm_spec.architecture = "arm64".into();
+    let arm = pusher.image("crius/multi", "arm64", &arm_spec).await;
+    let index = pusher
+        .index("crius/multi", "latest", &[("arm64", &arm), ("amd64", &amd)])
+        .await;
+
+    let name = format!("{}/crius/multi", reg.host());
+    let root1 = root();
+    let store = open(root1.path(), None);
+    let rec = store.pull(&name, &Auth::default()).await.unwrap();
+    let want = if Platform::host().architecture == "arm64" {
+        &arm
+    } else {
+        &amd
+    };
+    assert_eq!(rec.id, want.config_digest);
+    assert_eq!(
+        rec.repo_digests,
+        vec![format!("{}/crius/multi@{index}", reg.host())]
+    );
+
+    let root2 = root();
+    let arm_store = ImageStore::open(StoreConfig {
+        root: root2.path().to_path_buf(),
+        platform: Platform {
+            architecture: "arm64".into(),
+            os: "linux".into(),
+            variant: Some("v8".into()),
+        },
+        registry_config_dir: None,
+        ..Default::default()
+    })
+    .unwrap();
+    let rec = arm_store.pull(&name, &Auth::default()).await.unwrap();
+    assert_eq!(rec.id, arm.config_digest);
+    let lower = arm_store.lowerdirs(&rec.id).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(lower[0].join("arch")).unwrap(),
+        "arm64"
+    );
+
+    let s390 = ImageStore::open(StoreConfig {
+        root: root2.path().join("other"),
+        platform: Platform {
+            architecture: "s390x".into(),
+            os: "linux".into(),
+            variant: None,
+        },
+        registry_config_dir: None,
+        ..Default::default()
+    })
+    .unwrap();
+    let err = s390.pull(&name, &Auth::default()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::FailedPrecondition);
+    assert!(err.to_string().contains("linux/s390x"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whiteouts_are_applied_in_the_overlay() {
+    let reg = Registry::start();
+    let pusher = Pusher::new(&reg);
+    let base = tar(&[
+        Entry::Dir("etc", 0o755),
+        file("etc/keep", "k"),
+        file("etc/remove-me", "r"),
+        Entry::Dir("opq", 0o755),
+        file("opq/old", "o"),
+        Entry::Dir("gone", 0o755),
+        file("gone/inside", "i"),
+    ]);
+    let top = tar(&[
+        Entry::Dir("etc", 0o755),
+        file("etc/.wh.remove-me", ""),
+        file(".wh.gone", ""),
+        Entry::Dir("opq", 0o755),
+        file("opq/.wh..wh..opq", ""),
+        file("opq/new", "n"),
+        Entry::Owned("owned".into(), b"u".to_vec(), 0o600, 1000, 1000),
+    ]);
+    for compression in [Compression::Gzip, Compression::Zstd, Compression::None] {
+        let mut spec = ImageSpec::new(vec![busybox_layer(), base.clone(), top.clone()]);
+        spec.compression = compression;
+        let tag = format!("c{}", compression as u8);
+        pusher.image("crius/layers", &tag, &spec).await;
+        let root = root();
+        let store = open(root.path(), None);
+        let rec = store
+            .pull(
+                &format!("{}/crius/layers:{tag}", reg.host()),
+                &Auth::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(rec.chain_ids.len(), 3);
+        let lower = store.lowerdirs(&rec.id).unwrap();
+        assert_eq!(lower.len(), 3);
+        // Top snapshot: overlay's own whiteout forms.
+        let wh = std::fs::symlink_metadata(lower[0].join("etc/remove-me")).unwrap();
+        assert!(wh.file_type().is_char_device() && wh.rdev() == 0);
+        let owned = std::fs::metadata(lower[0].join("owned")).unwrap();
+        assert_eq!(
+            (owned.uid(), owned.gid(), owned.mode() & 0o777),
+            (1000, 1000, 0o600)
+        );
+
+        let mnt = OverlayMount::new(&lower);
+        let merged = mnt.path();
+        assert_eq!(
+            std::fs::read_to_string(merged.join("etc/keep")).unwrap(),
+            "k"
+        );
+        assert!(!merged.join("etc/remove-me").exists());
+        assert!(!merged.join("gone").exists());
+        assert!(!merged.join("opq/old").exists());
+        assert_eq!(
+            std::fs::read_to_string(merged.join("opq/new")).unwrap(),
+            "n"
+        );
+        assert!(merged.join("bin/busybox").is_file());
+        drop(mnt);
+        assert_no_temp_files(root.path());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_from_config() {
+    let reg = Registry::start();
+    let pusher = Pusher::new(&reg);
+    let root = root();
+    let store = open(root.path(), None);
+    for (tag, user, uid, username) in [
+        ("u1", "1000:1000", Some(1000), ""),
+        ("u2", "nobody", None, "nobody"),
+        ("u3", "", None, ""),
+    ] {
+        let mut spec = ImageSpec::new(vec![tar(&[file(tag, tag)])]);
+        spec.user = Some(user.into());
+        pusher.image("crius/user", tag, &spec).await;
+        let rec = store
+            .pull(
+                &format!("{}/crius/user:{tag}", reg.host()),
+                &Auth::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!((rec.uid, rec.username.as_str()), (uid, username), "{user}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pulls_share_the_work() {
+    let reg = Registry::start();
+    let pusher = Pusher::new(&reg);
+    let big: Vec<u8> = (0..8_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let spec = ImageSpec::new(vec![busybox_layer(), tar(&[file("big", big)])]);
+    pusher.image("crius/concurrent", "v1", &spec).await;
+    let root = root();
+    let store = open(root.path(), None);
+    let name = format!("{}/crius/concurrent:v1", reg.host());
+    let opts = crius_image::PullOptions::default();
+    let none = Auth::default();
+    let short = name.clone();
+    let (a, b, c) = tokio::join!(
+        store.pull_with(&name, &none, opts),
+        store.pull_with(&name, &none, opts),
+        store.pull(&short, &none),
+    );
+    let (ra, report_a) = a.unwrap();
+    let (rb, report_b) = b.unwrap();
+    assert_eq!(ra.unwrap().id, rb.unwrap().id);
+    assert_eq!(c.unwrap().id, store.list(None).unwrap()[0].id);
+    // One run, one download: both callers got the same report.
+    assert_eq!(report_a.fetched_bytes, report_b.fetched_bytes);
+    assert!(report_a.fetched_bytes > 0);
+    assert_eq!(store.list(None).unwrap().len(), 1);
+    assert_no_temp_files(root.path());
+    // A second pull fetches nothing.
+    let (_, again) = store
+        .pull_with(&name, &Auth::default(), opts)
+        .await
+        .unwrap();
+    assert_eq!((again.fetched_bytes, again.unpacked_bytes), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_down_is_unavailable() {
+    let root = root();
+    let store = open(root.path(), None);
+    let port = free_port();
+    let err = store
+        .pull(&format!("127.0.0.1:{port}/crius/none:v1"), &Auth::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+
+    // A mirror that is down falls through to the origin.
+    let reg = Registry::start();
+    Pusher::new(&reg)
+        .image(
+            "crius/fallback",
+            "v1",
+            &ImageSpec::new(vec![tar(&[file("x", "x")])]),
+        )
+        .await;
+    let hosts = root.path().join("certs.d");
+    hosts_toml(
+        &hosts,
+        &reg.host(),
+        &format!("[host.\"http://127.0.0.1:{port}\"]\n"),
+    );
+    let store = open(&root.path().join("r2"), Some(&hosts));
+    store
+        .pull(
+            &format!("{}/crius/fallback:v1", reg.host()),
+            &Auth::default(),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_registry_with_and_without_credentials() {
+    let reg = Registry::start_with(Some(("crius", "s3cret")));
+    Pusher::new(&reg)
+        .image(
+            "crius/private",
+            "v1",
+            &ImageSpec::new(vec![tar(&[file("p", "p")])]),
+        )
+        .await;
+    let root = root();
+    let store = open(root.path(), None);
+    let name = format!("{}/crius/private:v1", reg.host());
+
+    let err = store.pull(&name, &Auth::default()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthenticated);
+    assert!(err.to_string().contains("authentication required"), "{err}");
+    assert!(err.to_string().contains(&reg.host()), "{err}");
+
+    let wrong = Auth {
+        username: "crius".into(),
+        password: "nope".into(),
+        ..Default::default()
+    };
+    let err = store.pull(&name, &wrong).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthenticated);
+    assert!(err.to_string().contains("credentials rejected"), "{err}");
+
+    let good = Auth {
+        username: "crius".into(),
+        password: "s3cret".into(),
+        ..Default::default()
+    };
+    store.pull(&name, &good).await.unwrap();
+    use base64::Engine as _;
+    let encoded = Auth {
+        auth: base64::engine::general_purpose::STANDARD.encode("crius:s3cret"),
+        ..Default::default()
+    };
+    let store2 = open(&root.path().join("r2"), None);
+    store2.pull(&name, &encoded).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_blob_is_refused_and_nothing_recorded() {
+    let reg = Registry::start();
+    let pushed = Pusher::new(&reg)
+        .image(
+            "crius/corrupt",
+            "v1",
+            &ImageSpec::new(vec![busybox_layer()]),
+        )
+        .await;
+    let blob = reg.blob_file(&pushed.layer_digests[0]);
+    let mut data = std::fs::read(&blob).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0xff;
+    std::fs::write(&blob, data).unwrap();
+
+    let root = root();
+    let store = open(root.path(), None);
+    let err = store
+        .pull(
+            &format!("{}/crius/corrupt:v1", reg.host()),
+            &Auth::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(&pushed.layer_digests[0]), "{err}");
+    assert!(err.to_string().contains("failed verification"), "{err}");
+    assert!(store.list(None).unwrap().is_empty());
+    let hex = pushed.layer_digests[0].trim_start_matches("sha256:");
+    assert!(!root.path().join("content/sha256").join(hex).exists());
+    assert_eq!(count_files(&root.path().join("snapshots")), 0);
+    assert_no_temp_files(root.path());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escaping_tar_is_refused() {
+    let reg = Registry::start();
+    let pusher = Pusher::new(&reg);
+    let root = root();
+    let store = open(root.path(), None);
+    let evil = [
+        tar(&[Entry::RawName("../crius-escaped", b"x".to_vec())]),
+        tar(&[
+            Entry::Symlink("up", "/tmp"),
+            Entry::RawName("up/crius-escaped", b"x".to_vec()),
+        ]),
+    ];
+    for (i, layer) in evil.into_iter().enumerate() {
+        let tag = format!("e{i}");
+        pusher
+            .image("crius/evil", &tag, &ImageSpec::new(vec![layer]))
+            .await;
+        let err = store
+            .pull(
+                &format!("{}/crius/evil:{tag}", reg.host()),
+                &Auth::default(),
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+        assert!(store.list(None).unwrap().is_empty());
+        assert!(!root.path().join("snapshots/crius-escaped").exists());
+        assert!(!Path::new("/tmp/crius-escaped").exists());
+        assert_no_temp_files(root.path());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_keeps_snapshots_until_released() {
+    let reg = Registry::start();
+    Pusher::new(&reg)
+        .image("crius/leased", "v1", &ImageSpec::new(vec![busybox_layer()]))
+        .await;
+    let root = root();
+    let store = open(root.path(), None);
+    let name = format!("{}/crius/leased:v1", reg.host());
+    store.pull(&name, &Auth::default()).await.unwrap();
+    let dirs = store.lease("crius-ctr-1", &name).unwrap();
+    store.remove(&name).await.unwrap();
+    assert!(dirs[0].join("bin/busybox").exists(), "leased snapshot kept");
+    // The lease survives a restart too.
+    drop(store);
+    let store = open(root.path(), None);
+    assert_eq!(
+        store.leased_lowerdirs("crius-ctr-1").unwrap(),
+        Some(dirs.clone())
+    );
+    store.gc().await.unwrap();
+    assert!(dirs[0].exists());
+    store.release("crius-ctr-1").await.unwrap();
+    assert!(!dirs[0].exists());
+    store.release("crius-ctr-1").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_download_is_cancelled() {
+    let config =
+        br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#
+            .to_vec();
+    let config_digest = sha256(&config);
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
+        "layers": [],
+    }))
+    .unwrap();
+    let fake = FakeRegistry::start(move |_, path, _| {
+        if path.contains("/manifests/") {
+            Reply::ok(
+                manifest.clone(),
+                "application/vnd.oci.image.manifest.v1+json",
+            )
+        } else if path.contains("/blobs/") {
+            let mut r = Reply::ok(config.clone(), "application/octet-stream");
+            r.stall_after = Some(10);
+            r
+        } else {
+            Reply::status(404)
+        }
+    })
+    .await;
+    let root = root();
+    let store = ImageStore::open(StoreConfig {
+        root: root.path().to_path_buf(),
+        registry_config_dir: None,
+        no_progress_timeout: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .unwrap();
+    let started = std::time::Instant::now();
+    let err = store
+        .pull(&format!("{}/crius/stall:v1", fake.host()), &Auth::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DeadlineExceeded, "{err}");
+    assert!(err.to_string().contains("stalled"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_no_temp_files(root.path());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_token_flow() {
+    let layer = gzip(&tar(&[file("t", "token")]));
+    let diff = sha256(&tar(&[file("t", "token")]));
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [diff]},
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": sha256(&config), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "digest": sha256(&layer), "size": layer.len()}],
+    }))
+    .unwrap();
+    let blobs = [(sha256(&config), config), (sha256(&layer), layer)];
+    let port_cell = std::sync::Arc::new(std::sync::OnceLock::<u16>::new());
+    let pc = port_cell.clone();
+    let token_requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tr = token_requests.clone();
+    let fake = FakeRegistry::start(move |_, path, headers| {
+        let auth = headers
+            .iter()
+            .find(|(k, _)| k == "authorization")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("");
+        if path.starts_with("/token") {
+            tr.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // user:pass is dXNlcjpwYXNz
+            if auth == "Basic dXNlcjpwYXNz" && path.contains("scope=repository%3Acrius%2Ftok%3Apull") {
+                return Reply::ok(br#"{"token":"tok-123"}"#.to_vec(), "application/json");
+            }
+            return Reply::status(401);
+        }
+        if auth != "Bearer tok-123" {
+            let port = pc.get().copied().unwrap_or(0);
+            let mut r = Reply::status(401);
+            r.headers.push((
+                "WWW-Authenticate".into(),
+                format!("Bearer realm=\"http://127.0.0.1:{port}/token\",service=\"fake\",scope=\"repository:crius/tok:pull\""),
+            ));
+            return r;
+        }
+        if path.contains("/manifests/") {
+            return Reply::ok(manifest.clone(), "application/vnd.docker.distribution.manifest.v2+json");
+        }
+        for (d, data) in &blobs {
+            if path.ends_with(d.as_str()) {
+                return Reply::ok(data.clone(), "application/octet-stream");
+            }
+        }
+        Reply::status(404)
+    })
+    .await;
+    port_cell.set(fake.port).unwrap();
+    let root = root();
+    let store = open(root.path(), None);
+    let name = format!("{}/crius/tok:v1", fake.host());
+
+    let err = store.pull(&name, &Auth::default()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthenticated, "{err}");
+    assert!(err.to_string().contains("authentication required"), "{err}");
+
+    let auth = Auth {
+        username: "user".into(),
+        password: "pass".into(),
+        ..Default::default()
+    };
+    let rec = store.pull(&name, &auth).await.unwrap();
+    assert_eq!(rec.layers.len(), 1);
+    let lower = store.lowerdirs(&rec.id).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(lower[0].join("t")).unwrap(),
+        "token"
+    );
+    // One token for the whole pull (plus the refused anonymous attempt).
+    assert_eq!(token_requests.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    // A registry token is sent as is, without a challenge.
+    let store2 = open(&root.path().join("r2"), None);
+    let rt = Auth {
+        registry_token: "tok-123".into(),
+        ..Default::default()
+    };
+    store2.pull(&name, &rt).await.unwrap();
+    assert_eq!(token_requests.load(std::sync::atomic::Ordering::SeqCst), 2);
+}

@@ -993,7 +993,15 @@ impl Shim {
             Ok(ok) => ok,
             Err(message) => {
                 warn!(target: "crius_shim", container = %id, error = %message, "create failed");
-                self.containers.remove(id);
+                if let Some(c) = self.containers.remove(id) {
+                    for waiter in c.waiters {
+                        let response = Response::Err(err(
+                            ErrorKind::NotFound,
+                            format!("container {id} failed to be created"),
+                        ));
+                        self.complete(waiter, response);
+                    }
+                }
                 let _ = libct::delete(&self.runc_root, id);
                 let _ = fs::remove_dir_all(self.container_dir(id));
                 let response = Response::Err(err(

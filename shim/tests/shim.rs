@@ -534,5 +534,21 @@ fn unknown_ids_and_bad_requests() {
         assert_eq!(e.shim_error().unwrap().kind, ErrorKind::InvalidArgument);
         assert!(e.to_string().contains("cgroupsPath"), "{e}");
         assert!(client.list().await.unwrap().is_empty());
+
+        // libcontainer fails the create (a bind mount of a missing file): reported, and
+        // nothing of the container is left.
+        let mut broken = pod.bundle("broken", &["true"]);
+        broken.add_ro_bind(&pod.dir.path().join("missing"), "/missing");
+        let e = client
+            .create_container(pod.create_request(&broken))
+            .await
+            .unwrap_err();
+        assert_eq!(e.shim_error().unwrap().kind, ErrorKind::Internal, "{e}");
+        assert!(client.list().await.unwrap().is_empty());
+        assert!(!pod.state.join("runc").join(&broken.id).exists());
+        assert!(!pod.state.join("containers").join(&broken.id).exists());
+        assert!(!std::path::Path::new("/sys/fs/cgroup/memory/crius-test")
+            .join(&broken.id)
+            .exists());
     });
 }

@@ -1,1 +1,197 @@
-fn main() {}
+//! Cold pull benchmark: starts a local docker-registry, pushes a generated ~200 MB image (five
+//! layers: busybox, many small files, a few large ones; text-like data that compresses about
+//! 3:1), then pulls it into empty stores and prints seconds and MB/s for fetch alone, unpack
+//! alone, and the pipelined pull+unpack crius does for real. Run:
+//! `cargo bench -p crius-image --bench pull`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use crius_image::{Auth, ImageStore, PullOptions, StoreConfig};
+
+/// Text-like bytes: words from a small vocabulary picked by a xorshift generator.
+struct Words {
+    state: u64,
+    vocab: Vec<Vec<u8>>,
+}
+
+impl Words {
+    fn new(seed: u64) -> Self {
+        let mut w = Words {
+            state: seed | 1,
+            vocab: Vec::new(),
+        };
+        for _ in 0..4096 {
+            let len = 2 + (w.next() % 9) as usize;
+            let word: Vec<u8> = (0..len).map(|_| b'a' + (w.next() % 26) as u8).collect();
+            w.vocab.push(word);
+        }
+        w
+    }
+    fn next(&mut self) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(n + 16);
+        while out.len() < n {
+            let i = (self.next() % self.vocab.len() as u64) as usize;
+            out.extend_from_slice(&self.vocab[i]);
+            out.push(if self.next().is_multiple_of(12) {
+                b'\n'
+            } else {
+                b' '
+            });
+        }
+        out.truncate(n);
+        out
+    }
+}
+
+fn small_files(words: &mut Words, dir: &str, count: usize, max: usize) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    for i in 0..count {
+        if i % 100 == 0 {
+            entries.push(Entry::File(
+                format!("{dir}/d{}/.keep", i / 100),
+                vec![],
+                0o644,
+            ));
+        }
+        let size = 256 + (words.next() as usize % max);
+        entries.push(Entry::File(
+            format!("{dir}/d{}/f{i}.txt", i / 100),
+            words.bytes(size),
+            0o644,
+        ));
+    }
+    entries
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+fn rate(bytes: u64, t: Duration) -> f64 {
+    mb(bytes) / t.as_secs_f64().max(1e-9)
+}
+
+fn store(root: &std::path::Path) -> ImageStore {
+    ImageStore::open(StoreConfig {
+        root: root.to_path_buf(),
+        registry_config_dir: None,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let t = Instant::now();
+    let mut words = Words::new(0x5eed);
+    let layers = vec![
+        busybox_layer(),
+        tar(&small_files(&mut words, "small-a", 8000, 7000)),
+        tar(&[
+            Entry::File("large/one.txt".into(), words.bytes(40_000_000), 0o644),
+            Entry::File("large/two.txt".into(), words.bytes(40_000_000), 0o644),
+        ]),
+        {
+            let mut e = small_files(&mut words, "small-b", 4000, 11000);
+            e.push(Entry::File(
+                "large/three.txt".into(),
+                words.bytes(30_000_000),
+                0o644,
+            ));
+            tar(&e)
+        },
+        tar(&[Entry::File(
+            "large/four.bin".into(),
+            words.bytes(30_000_000),
+            0o644,
+        )]),
+    ];
+    let tar_bytes: u64 = layers.iter().map(|l| l.len() as u64).sum();
+    let reg = Registry::start();
+    let pushed = Pusher::new(&reg)
+        .image("crius/bench", "v1", &ImageSpec::new(layers.clone()))
+        .await;
+    let name = format!("{}/crius/bench:v1", reg.host());
+    println!(
+        "image: {} layers, {:.1} MB uncompressed, generated and pushed in {:.1} s",
+        layers.len(),
+        mb(tar_bytes),
+        t.elapsed().as_secs_f64()
+    );
+
+    // Raw inflate speed of the biggest compressed layer, to see whether it bounds unpacking.
+    let big = gzip(&layers[2]);
+    let t = Instant::now();
+    let mut d = flate2::read::MultiGzDecoder::new(&big[..]);
+    let n = std::io::copy(&mut d, &mut std::io::sink()).unwrap();
+    let inflate = t.elapsed();
+    println!(
+        "inflate (flate2 zlib-rs): {:.1} MB -> {:.0} MB/s",
+        mb(n),
+        rate(n, inflate)
+    );
+
+    let none = Auth::default();
+    let runs = 3;
+    for run in 1..=runs {
+        // 1. fetch only, into an empty store
+        let root = tempfile::Builder::new()
+            .prefix("crius-image-bench")
+            .tempdir()
+            .unwrap();
+        let s = store(root.path());
+        let (_, fetch) = s
+            .pull_with(&name, &none, PullOptions { unpack: false })
+            .await
+            .unwrap();
+        // 2. unpack only: the blobs are now local
+        let (rec, unpack) = s
+            .pull_with(&name, &none, PullOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(rec.unwrap().id, pushed.config_digest);
+        drop(s);
+        drop(root);
+        // 3. the real thing: cold pull with unpacking pipelined behind the downloads
+        let root = tempfile::Builder::new()
+            .prefix("crius-image-bench")
+            .tempdir()
+            .unwrap();
+        let s = store(root.path());
+        let t = Instant::now();
+        let (_, full) = s
+            .pull_with(&name, &none, PullOptions::default())
+            .await
+            .unwrap();
+        let total = t.elapsed();
+        println!(
+            "run {run}: fetch {:.1} MB in {:.2} s = {:.0} MB/s | unpack {:.1} MB in {:.2} s = {:.0} MB/s | cold pull+unpack {:.2} s = {:.0} MB/s of image",
+            mb(fetch.fetched_bytes),
+            fetch.fetch_time.as_secs_f64(),
+            rate(fetch.fetched_bytes, fetch.fetch_time),
+            mb(unpack.unpacked_bytes),
+            unpack.unpack_time.as_secs_f64(),
+            rate(unpack.unpacked_bytes, unpack.unpack_time),
+            total.as_secs_f64(),
+            rate(full.unpacked_bytes, total),
+        );
+    }
+}

@@ -6,4 +6,5 @@ pub mod daemon;
 pub mod error;
 pub mod server;
 pub mod service;
+pub mod spec;
 pub mod store;

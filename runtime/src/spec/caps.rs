@@ -1,0 +1,259 @@
+//! Process capabilities: containerd's default set, CRI add/drop (with `ALL`), ambient
+//! capabilities and privileged containers.
+
+use std::str::FromStr;
+
+use crius_api::v1::Capability as CriCapability;
+use oci_spec::runtime::{Capabilities, Capability, LinuxCapabilities, LinuxCapabilitiesBuilder};
+
+use super::error::{Result, SpecError};
+
+/// The capabilities a container gets by default (containerd's and Docker's set).
+pub(crate) const DEFAULT_CAPS: [Capability; 14] = [
+    Capability::Chown,
+    Capability::DacOverride,
+    Capability::Fsetid,
+    Capability::Fowner,
+    Capability::Mknod,
+    Capability::NetRaw,
+    Capability::Setgid,
+    Capability::Setuid,
+    Capability::Setfcap,
+    Capability::Setpcap,
+    Capability::NetBindService,
+    Capability::SysChroot,
+    Capability::Kill,
+    Capability::AuditWrite,
+];
+
+/// Every capability with its number (linux/capability.h), so `ALL` can be limited to what the
+/// running kernel knows.
+const ALL_CAPS: [(Capability, u32); 41] = [
+    (Capability::Chown, 0),
+    (Capability::DacOverride, 1),
+    (Capability::DacReadSearch, 2),
+    (Capability::Fowner, 3),
+    (Capability::Fsetid, 4),
+    (Capability::Kill, 5),
+    (Capability::Setgid, 6),
+    (Capability::Setuid, 7),
+    (Capability::Setpcap, 8),
+    (Capability::LinuxImmutable, 9),
+    (Capability::NetBindService, 10),
+    (Capability::NetBroadcast, 11),
+    (Capability::NetAdmin, 12),
+    (Capability::NetRaw, 13),
+    (Capability::IpcLock, 14),
+    (Capability::IpcOwner, 15),
+    (Capability::SysModule, 16),
+    (Capability::SysRawio, 17),
+    (Capability::SysChroot, 18),
+    (Capability::SysPtrace, 19),
+    (Capability::SysPacct, 20),
+    (Capability::SysAdmin, 21),
+    (Capability::SysBoot, 22),
+    (Capability::SysNice, 23),
+    (Capability::SysResource, 24),
+    (Capability::SysTime, 25),
+    (Capability::SysTtyConfig, 26),
+    (Capability::Mknod, 27),
+    (Capability::Lease, 28),
+    (Capability::AuditWrite, 29),
+    (Capability::AuditControl, 30),
+    (Capability::Setfcap, 31),
+    (Capability::MacOverride, 32),
+    (Capability::MacAdmin, 33),
+    (Capability::Syslog, 34),
+    (Capability::WakeAlarm, 35),
+    (Capability::BlockSuspend, 36),
+    (Capability::AuditRead, 37),
+    (Capability::Perfmon, 38),
+    (Capability::Bpf, 39),
+    (Capability::CheckpointRestore, 40),
+];
+
+/// All capabilities the running kernel knows (`/proc/sys/kernel/cap_last_cap`; every one we
+/// know of when that file cannot be read).
+pub(crate) fn all_caps() -> Capabilities {
+    let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(u32::MAX);
+    ALL_CAPS
+        .iter()
+        .filter(|(_, n)| *n <= last)
+        .map(|(c, _)| *c)
+        .collect()
+}
+
+/// Parses a CRI capability name: case-insensitive, with or without the `CAP_` prefix.
+pub(crate) fn parse_cap(name: &str) -> Result<Capability> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
+    Capability::from_str(bare)
+        .map_err(|_| SpecError::invalid(format!("capability {name} is unknown")))
+}
+
+fn is_all(name: &str) -> bool {
+    name.trim().eq_ignore_ascii_case("ALL")
+}
+
+/// The capability sets of a container process.
+///
+/// Starts from [`DEFAULT_CAPS`] in bounding, effective and permitted (inheritable and ambient
+/// empty); `ALL` in the add list grants every capability, `ALL` in the drop list removes every
+/// one; then named capabilities are added, then named ones dropped. `add_ambient_capabilities`
+/// go into every set including ambient and inheritable (the kernel keeps an ambient
+/// capability only when it is permitted and inheritable). Privileged containers get every
+/// capability whatever the lists say.
+pub(crate) fn container_caps(
+    caps: Option<&CriCapability>,
+    privileged: bool,
+) -> Result<LinuxCapabilities> {
+    if privileged {
+        let all = all_caps();
+        return sets(all.clone(), Capabilities::new(), Capabilities::new());
+    }
+    let mut main: Capabilities = DEFAULT_CAPS.iter().copied().collect();
+    let mut ambient = Capabilities::new();
+    if let Some(caps) = caps {
+        if caps.add_capabilities.iter().any(|c| is_all(c)) {
+            main = all_caps();
+        }
+        if caps.drop_capabilities.iter().any(|c| is_all(c)) {
+            main.clear();
+        }
+        for name in caps.add_capabilities.iter().filter(|c| !is_all(c)) {
+            main.insert(parse_cap(name)?);
+        }
+        for name in caps.drop_capabilities.iter().filter(|c| !is_all(c)) {
+            main.remove(&parse_cap(name)?);
+        }
+        for name in &caps.add_ambient_capabilities {
+            if is_all(name) {
+                return Err(SpecError::invalid(
+                    "add_ambient_capabilities ALL is not supported: name the capabilities",
+                ));
+            }
+            let cap = parse_cap(name)?;
+            main.insert(cap);
+            ambient.insert(cap);
+        }
+    }
+    let inheritable = ambient.clone();
+    sets(main, inheritable, ambient)
+}
+
+fn sets(
+    main: Capabilities,
+    inheritable: Capabilities,
+    ambient: Capabilities,
+) -> Result<LinuxCapabilities> {
+    Ok(LinuxCapabilitiesBuilder::default()
+        .bounding(main.clone())
+        .effective(main.clone())
+        .permitted(main)
+        .inheritable(inheritable)
+        .ambient(ambient)
+        .build()?)
+}
+
+/// The default set, for the pause container.
+pub(crate) fn default_caps() -> Result<LinuxCapabilities> {
+    sets(
+        DEFAULT_CAPS.iter().copied().collect(),
+        Capabilities::new(),
+        Capabilities::new(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cri(add: &[&str], drop: &[&str], ambient: &[&str]) -> CriCapability {
+        CriCapability {
+            add_capabilities: add.iter().map(|s| s.to_string()).collect(),
+            drop_capabilities: drop.iter().map(|s| s.to_string()).collect(),
+            add_ambient_capabilities: ambient.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn default_set_is_containerds() {
+        let caps = container_caps(None, false).unwrap();
+        let bounding = caps.bounding().clone().unwrap();
+        assert_eq!(bounding.len(), 14);
+        assert!(bounding.contains(&Capability::NetRaw));
+        assert!(!bounding.contains(&Capability::SysAdmin));
+        assert_eq!(caps.effective(), caps.bounding());
+        assert_eq!(caps.permitted(), caps.bounding());
+        assert!(caps.inheritable().clone().unwrap().is_empty());
+        assert!(caps.ambient().clone().unwrap().is_empty());
+    }
+
+    #[test]
+    fn add_and_drop_accept_any_case_and_prefix() {
+        let caps = container_caps(
+            Some(&cri(
+                &["sys_admin", "CAP_NET_ADMIN"],
+                &["Cap_Chown", "kill"],
+                &[],
+            )),
+            false,
+        )
+        .unwrap();
+        let set = caps.effective().clone().unwrap();
+        assert!(set.contains(&Capability::SysAdmin));
+        assert!(set.contains(&Capability::NetAdmin));
+        assert!(!set.contains(&Capability::Chown));
+        assert!(!set.contains(&Capability::Kill));
+        assert_eq!(set.len(), 14);
+    }
+
+    #[test]
+    fn all_in_drop_then_add_named() {
+        let caps = container_caps(Some(&cri(&["NET_BIND_SERVICE"], &["ALL"], &[])), false).unwrap();
+        let set = caps.bounding().clone().unwrap();
+        assert_eq!(set.len(), 1);
+        assert!(set.contains(&Capability::NetBindService));
+
+        let caps = container_caps(Some(&cri(&["all"], &["SYS_ADMIN"], &[])), false).unwrap();
+        let set = caps.permitted().clone().unwrap();
+        assert!(set.contains(&Capability::SysPtrace));
+        assert!(!set.contains(&Capability::SysAdmin));
+        assert_eq!(set.len(), all_caps().len() - 1);
+    }
+
+    #[test]
+    fn ambient_goes_everywhere() {
+        let caps = container_caps(Some(&cri(&[], &[], &["NET_ADMIN"])), false).unwrap();
+        for set in [
+            caps.bounding(),
+            caps.effective(),
+            caps.permitted(),
+            caps.inheritable(),
+            caps.ambient(),
+        ] {
+            assert!(set.clone().unwrap().contains(&Capability::NetAdmin));
+        }
+    }
+
+    #[test]
+    fn unknown_capability_is_invalid() {
+        let err = container_caps(Some(&cri(&["FLY"], &[], &[])), false).unwrap_err();
+        assert!(err.is_invalid_argument());
+        assert_eq!(err.to_string(), "capability FLY is unknown");
+    }
+
+    #[test]
+    fn privileged_gets_everything() {
+        let caps = container_caps(Some(&cri(&[], &["ALL"], &[])), true).unwrap();
+        assert_eq!(caps.bounding().clone().unwrap(), all_caps());
+        assert!(caps
+            .bounding()
+            .clone()
+            .unwrap()
+            .contains(&Capability::SysAdmin));
+    }
+}

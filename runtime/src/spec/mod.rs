@@ -1,0 +1,671 @@
+//! OCI runtime spec generation: CRI config + image config + defaults → `config.json`.
+//!
+//! Pure apart from reading files inside an image rootfs (`/etc/passwd`, `/etc/group`),
+//! `Localhost` seccomp profiles, device nodes (`stat`, and the `/dev` scan for privileged
+//! containers) and the AppArmor/SELinux/`cap_last_cap` probes. Nothing is created or mounted.
+//!
+//! # API
+//! - [`sandbox_spec`]`(&`[`SandboxSpecInput`]`) -> Result<Spec>`: the pause container.
+//! - [`container_spec`]`(&`[`ContainerSpecInput`]`) -> Result<Spec>`: a container of a pod.
+//! - [`exec_process`]`(&Spec, cmd, tty) -> Result<Process>`: an ExecSync/Exec process.
+//! - [`stop_signal`]`(&ContainerConfig, &image_config) -> Result<i32>`.
+//! - [`resources_to_oci`]`(&LinuxContainerResources) -> Result<LinuxResources>`, also for
+//!   UpdateContainerResources.
+//! - [`seccomp::default_profile`] and [`seccomp::for_libcontainer`].
+//! - [`SpecError`] with [`SpecError::is_invalid_argument`] (else `Internal`).
+//!
+//! # What the caller does around it
+//! - Creates missing CRI mount host paths as directories (0755) before the container is
+//!   created, as containerd does: the spec only names them.
+//! - Computes `cgroups_path` (absolute) and passes the pod's shared files; `shm_dir` is the pod's
+//!   size-limited tmpfs, or the host's `/dev/shm` for a host-IPC pod.
+//! - The seccomp filter in a returned spec is already rewritten for libcontainer 0.7 (see
+//!   [`seccomp::for_libcontainer`]); hand the spec to libcontainer, not to runc.
+//! - `oom_score_adj` is written as requested (the pause gets -998); the shim clamps it to what
+//!   it may set (this node lacks CAP_SYS_RESOURCE).
+//!
+//! # Defaults worth knowing
+//! - Seccomp unset in both the `seccomp` and the deprecated `seccomp_profile_path` fields means
+//!   unconfined: kubelet's default (it sends `RuntimeDefault` explicitly when asked to).
+//! - Masked/read-only paths: see [`security::masked_and_readonly`] for how an empty list is read.
+//! - No cgroup namespace is created (this node runs cgroup v1).
+
+mod caps;
+mod devices;
+mod error;
+mod image;
+mod mounts;
+mod process;
+mod resources;
+mod rootfs;
+pub mod seccomp;
+pub mod security;
+mod signal;
+mod user;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crius_api::v1::{
+    ContainerConfig, LinuxContainerSecurityContext, LinuxSandboxSecurityContext, NamespaceMode,
+    NamespaceOption, PodSandboxConfig,
+};
+use oci_spec::runtime::{
+    LinuxCpuBuilder, LinuxIdMapping, LinuxNamespace, LinuxNamespaceBuilder, LinuxNamespaceType,
+    LinuxResources, Mount, MountBuilder, Process, Root, RootBuilder, Spec,
+};
+
+pub use error::{Result, SpecError};
+pub use resources::resources_to_oci;
+pub use signal::stop_signal;
+
+/// Annotation keys crius sets on every spec (the ones containerd's CRI plugin sets).
+pub mod annotations {
+    pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+    pub const CONTAINER_TYPE_SANDBOX: &str = "sandbox";
+    pub const CONTAINER_TYPE_CONTAINER: &str = "container";
+    pub const SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+    pub const SANDBOX_NAME: &str = "io.kubernetes.cri.sandbox-name";
+    pub const SANDBOX_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
+    pub const SANDBOX_UID: &str = "io.kubernetes.cri.sandbox-uid";
+    pub const SANDBOX_LOG_DIRECTORY: &str = "io.kubernetes.cri.sandbox-log-directory";
+    pub const CONTAINER_NAME: &str = "io.kubernetes.cri.container-name";
+    pub const IMAGE_NAME: &str = "io.kubernetes.cri.image-name";
+}
+
+/// The pause process's OOM score: kill it last (kubernetes#47938).
+pub const SANDBOX_OOM_SCORE_ADJ: i32 = -998;
+
+/// CPU shares of the pause container: it does nothing.
+pub const SANDBOX_CPU_SHARES: u64 = 2;
+
+/// What the sandbox (pause) container needs.
+#[derive(Debug, Clone, Copy)]
+pub struct SandboxSpecInput<'a> {
+    pub sandbox_id: &'a str,
+    pub config: &'a PodSandboxConfig,
+    /// An empty directory; the root is read-only.
+    pub rootfs: &'a Path,
+    /// Host path of crius-pause, bind-mounted read-only at `/pause`; the process is `["/pause"]`.
+    pub pause_binary: &'a Path,
+    /// `Some`: join this pinned netns. `None`: the host's with NODE network, else a new, empty one.
+    pub netns_path: Option<&'a Path>,
+    /// Absolute, e.g. `/crius/<pod>/<sandbox-id>`.
+    pub cgroups_path: &'a str,
+    /// Set only when the pod has its own UTS namespace (not host network).
+    pub hostname: &'a str,
+    pub resolv_conf: Option<&'a Path>,
+    pub hosts: Option<&'a Path>,
+    pub hostname_file: Option<&'a Path>,
+    /// The pod's `/dev/shm` (a size-limited tmpfs), bind-mounted read-only into the pause.
+    pub shm_dir: Option<&'a Path>,
+}
+
+/// What a container in a pod needs.
+#[derive(Debug, Clone, Copy)]
+pub struct ContainerSpecInput<'a> {
+    pub container_id: &'a str,
+    pub sandbox_id: &'a str,
+    pub config: &'a ContainerConfig,
+    pub sandbox_config: &'a PodSandboxConfig,
+    /// The OCI image config JSON (`{"config": {"Env", "Cmd", "Entrypoint", "WorkingDir",
+    /// "User", "StopSignal", ...}}`), or its `config` object alone.
+    pub image_config: &'a serde_json::Value,
+    /// The image name for the `io.kubernetes.cri.image-name` annotation; empty uses the
+    /// request's `image.image`.
+    pub image_name: &'a str,
+    /// The mounted rootfs (its /etc/passwd and /etc/group are read).
+    pub rootfs: &'a Path,
+    /// Pid of the pause process: the container joins its IPC, UTS, PID (POD mode) and user
+    /// namespaces through `/proc/<pid>/ns/*`. Required unless the pod shares every one of
+    /// those with the host.
+    pub sandbox_pid: Option<u32>,
+    /// Pid of the target container's init, for `NamespaceMode::TARGET` PID namespaces.
+    pub target_pid: Option<u32>,
+    /// The pod's pinned netns; `None` with host network (or for a pod without one, when the
+    /// sandbox's is joined through `sandbox_pid`).
+    pub netns_path: Option<&'a Path>,
+    pub cgroups_path: &'a str,
+    /// The pod's hostname, for the `HOSTNAME` variable.
+    pub hostname: &'a str,
+    pub resolv_conf: Option<&'a Path>,
+    pub hosts: Option<&'a Path>,
+    pub hostname_file: Option<&'a Path>,
+    pub shm_dir: Option<&'a Path>,
+}
+
+fn namespace(typ: LinuxNamespaceType, path: Option<PathBuf>) -> Result<LinuxNamespace> {
+    let mut b = LinuxNamespaceBuilder::default().typ(typ);
+    if let Some(p) = path {
+        b = b.path(p);
+    }
+    Ok(b.build()?)
+}
+
+fn proc_ns(pid: u32, name: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/ns/{name}"))
+}
+
+fn mode(value: i32, field: &str) -> Result<NamespaceMode> {
+    NamespaceMode::try_from(value)
+        .map_err(|_| SpecError::invalid(format!("namespace_options {field} {value} is unknown")))
+}
+
+/// The user namespace mappings a pod asks for: `Some` with userns mode POD.
+fn userns(
+    ns: Option<&NamespaceOption>,
+) -> Result<Option<(Vec<LinuxIdMapping>, Vec<LinuxIdMapping>)>> {
+    let Some(u) = ns.and_then(|n| n.userns_options.as_ref()) else {
+        return Ok(None);
+    };
+    match mode(u.mode, "userns_options mode")? {
+        NamespaceMode::Node => Ok(None),
+        NamespaceMode::Pod => {
+            let uids = mounts::id_mappings(&u.uids)?;
+            let gids = mounts::id_mappings(&u.gids)?;
+            if uids.is_empty() || gids.is_empty() {
+                return Err(SpecError::invalid(
+                    "userns_options with mode POD needs uid and gid mappings",
+                ));
+            }
+            Ok(Some((uids, gids)))
+        }
+        other => Err(SpecError::invalid(format!(
+            "userns_options mode {} is not supported",
+            other.as_str_name()
+        ))),
+    }
+}
+
+fn check_cgroups_path(path: &str) -> Result<()> {
+    if path.starts_with('/') {
+        Ok(())
+    } else {
+        Err(SpecError::Input(format!(
+            "cgroups_path {path:?} is not absolute"
+        )))
+    }
+}
+
+fn root(path: &Path, readonly: bool) -> Result<Root> {
+    Ok(RootBuilder::default()
+        .path(path)
+        .readonly(readonly)
+        .build()?)
+}
+
+/// A read-only bind of the host's /sys, for a user-namespaced pod on the host network (a new
+/// sysfs cannot be mounted there).
+fn sys_bind() -> Result<Mount> {
+    Ok(MountBuilder::default()
+        .destination("/sys")
+        .typ("bind")
+        .source("/sys")
+        .options(
+            ["rbind", "rro", "nosuid", "nodev", "noexec"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .build()?)
+}
+
+fn sandbox_security(config: &PodSandboxConfig) -> Option<&LinuxSandboxSecurityContext> {
+    config.linux.as_ref()?.security_context.as_ref()
+}
+
+fn container_security(config: &ContainerConfig) -> Option<&LinuxContainerSecurityContext> {
+    config.linux.as_ref()?.security_context.as_ref()
+}
+
+/// The pause container's spec.
+pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
+    check_cgroups_path(input.cgroups_path)?;
+    let config = input.config;
+    let sc = sandbox_security(config);
+    let ns = sc.and_then(|s| s.namespace_options.as_ref());
+    let privileged = sc.is_some_and(|s| s.privileged);
+    let lsm = security::Lsm::detect();
+    security::check_selinux(sc.and_then(|s| s.selinux_options.as_ref()), lsm)?;
+    security::check_apparmor(sc.and_then(|s| s.apparmor.as_ref()), "", lsm)?;
+
+    let network = mode(ns.map_or(0, |n| n.network), "network")?;
+    let pid = mode(ns.map_or(0, |n| n.pid), "pid")?;
+    let ipc = mode(ns.map_or(0, |n| n.ipc), "ipc")?;
+    let host_network = network == NamespaceMode::Node;
+    let userns = userns(ns)?;
+
+    let mut namespaces = vec![namespace(LinuxNamespaceType::Mount, None)?];
+    if !host_network {
+        namespaces.push(namespace(
+            LinuxNamespaceType::Network,
+            input.netns_path.map(Path::to_path_buf),
+        )?);
+        namespaces.push(namespace(LinuxNamespaceType::Uts, None)?);
+    }
+    if ipc != NamespaceMode::Node {
+        namespaces.push(namespace(LinuxNamespaceType::Ipc, None)?);
+    }
+    if pid != NamespaceMode::Node {
+        namespaces.push(namespace(LinuxNamespaceType::Pid, None)?);
+    }
+    if userns.is_some() {
+        namespaces.push(namespace(LinuxNamespaceType::User, None)?);
+    }
+
+    let sysctls = security::check_sysctls(
+        &config
+            .linux
+            .as_ref()
+            .map(|l| l.sysctls.clone())
+            .unwrap_or_default(),
+        security::SysctlScope {
+            own_network: !host_network,
+            own_ipc: ipc != NamespaceMode::Node,
+            own_uts: !host_network,
+        },
+    )?;
+
+    let capabilities = caps::default_caps()?;
+    let seccomp = if privileged {
+        None
+    } else {
+        #[allow(deprecated)]
+        let deprecated_path = sc.map_or("", |s| s.seccomp_profile_path.as_str());
+        let choice = seccomp::choice(sc.and_then(|s| s.seccomp.as_ref()), deprecated_path)?;
+        let bounding = capabilities.bounding().clone().unwrap_or_default();
+        seccomp::profile_for(&choice, &bounding)?.map(|mut s| {
+            seccomp::for_libcontainer(&mut s);
+            s
+        })
+    };
+
+    let user = user::sandbox_user(
+        sc.and_then(|s| s.run_as_user.as_ref()).map(|v| v.value),
+        sc.and_then(|s| s.run_as_group.as_ref()).map(|v| v.value),
+        sc.map_or(&[][..], |s| s.supplemental_groups.as_slice()),
+    )?;
+
+    let mut process = Process::default();
+    process.set_terminal(Some(false));
+    process.set_console_size(None);
+    process.set_user(user);
+    process.set_args(Some(vec!["/pause".to_string()]));
+    process.set_env(Some(vec![process::DEFAULT_PATH.to_string()]));
+    process.set_cwd(PathBuf::from("/"));
+    process.set_capabilities(Some(capabilities));
+    process.set_rlimits(None);
+    process.set_no_new_privileges(Some(true));
+    process.set_apparmor_profile(None);
+    process.set_selinux_label(None);
+    process.set_oom_score_adj(Some(SANDBOX_OOM_SCORE_ADJ));
+
+    let mut standard = mounts::standard_mounts(false)?;
+    if userns.is_some() && host_network {
+        standard.retain(|m| m.destination() != Path::new("/sys"));
+        standard.push(sys_bind()?);
+    }
+    let files = mounts::PodFiles {
+        resolv_conf: input.resolv_conf,
+        hosts: input.hosts,
+        hostname: input.hostname_file,
+        shm: input.shm_dir,
+    };
+    let mut overrides = mounts::pod_file_mounts(&files, true, true, &[])?;
+    overrides.push(
+        MountBuilder::default()
+            .destination("/pause")
+            .typ("bind")
+            .source(input.pause_binary)
+            .options(vec![
+                "rbind".to_string(),
+                "rprivate".to_string(),
+                "ro".to_string(),
+            ])
+            .build()?,
+    );
+    let all_mounts = mounts::assemble(standard, overrides);
+
+    let mut resources = LinuxResources::default();
+    resources.set_devices(Some(devices::default_rules()?));
+    resources.set_cpu(Some(
+        LinuxCpuBuilder::default()
+            .shares(SANDBOX_CPU_SHARES)
+            .build()?,
+    ));
+
+    let (masked, readonly) = security::masked_and_readonly(&[], &[], privileged, userns.is_some());
+
+    let mut linux = oci_spec::runtime::Linux::default();
+    linux.set_namespaces(Some(namespaces));
+    linux.set_uid_mappings(userns.as_ref().map(|u| u.0.clone()));
+    linux.set_gid_mappings(userns.as_ref().map(|u| u.1.clone()));
+    linux.set_sysctl((!sysctls.is_empty()).then_some(sysctls));
+    linux.set_resources(Some(resources));
+    linux.set_cgroups_path(Some(PathBuf::from(input.cgroups_path)));
+    linux.set_devices(None);
+    linux.set_seccomp(seccomp);
+    linux.set_rootfs_propagation(None);
+    linux.set_masked_paths(Some(masked));
+    linux.set_readonly_paths(Some(readonly));
+    linux.set_mount_label(None);
+
+    let metadata = config.metadata.clone().unwrap_or_default();
+    let mut notes: HashMap<String, String> = config.annotations.clone();
+    notes.insert(
+        annotations::CONTAINER_TYPE.into(),
+        annotations::CONTAINER_TYPE_SANDBOX.into(),
+    );
+    notes.insert(annotations::SANDBOX_ID.into(), input.sandbox_id.into());
+    notes.insert(annotations::SANDBOX_NAME.into(), metadata.name);
+    notes.insert(annotations::SANDBOX_NAMESPACE.into(), metadata.namespace);
+    notes.insert(annotations::SANDBOX_UID.into(), metadata.uid);
+    notes.insert(
+        annotations::SANDBOX_LOG_DIRECTORY.into(),
+        config.log_directory.clone(),
+    );
+
+    let mut spec = Spec::default();
+    spec.set_root(Some(root(input.rootfs, true)?));
+    spec.set_mounts(Some(all_mounts));
+    spec.set_process(Some(process));
+    spec.set_hostname(
+        (!host_network && !input.hostname.is_empty()).then(|| input.hostname.to_string()),
+    );
+    spec.set_domainname(None);
+    spec.set_hooks(None);
+    spec.set_annotations(Some(notes));
+    spec.set_linux(Some(linux));
+    Ok(spec)
+}
+
+/// The namespaces of a container: network and UTS of the pod (host ones with host network),
+/// IPC of the pod or the host, PID per `NamespaceMode` (POD: the pause's; CONTAINER: new;
+/// NODE: the host's; TARGET: the target container's), a new mount namespace, and the pod's
+/// user namespace when it has one.
+fn container_namespaces(
+    input: &ContainerSpecInput<'_>,
+    pod_ns: Option<&NamespaceOption>,
+    ns: Option<&NamespaceOption>,
+    has_userns: bool,
+) -> Result<Vec<LinuxNamespace>> {
+    let need_pid = |what: &str| {
+        input.sandbox_pid.ok_or_else(|| {
+            SpecError::Input(format!(
+                "sandbox_pid is required to join the pod's {what} namespace"
+            ))
+        })
+    };
+    let host_network = mode(pod_ns.map_or(0, |n| n.network), "network")? == NamespaceMode::Node;
+    let mut out = vec![namespace(LinuxNamespaceType::Mount, None)?];
+    if !host_network {
+        let net = match input.netns_path {
+            Some(p) => p.to_path_buf(),
+            None => proc_ns(need_pid("network")?, "net"),
+        };
+        out.push(namespace(LinuxNamespaceType::Network, Some(net))?);
+        out.push(namespace(
+            LinuxNamespaceType::Uts,
+            Some(proc_ns(need_pid("UTS")?, "uts")),
+        )?);
+    }
+    if mode(ns.map_or(0, |n| n.ipc), "ipc")? != NamespaceMode::Node {
+        out.push(namespace(
+            LinuxNamespaceType::Ipc,
+            Some(proc_ns(need_pid("IPC")?, "ipc")),
+        )?);
+    }
+    match mode(ns.map_or(0, |n| n.pid), "pid")? {
+        NamespaceMode::Pod => out.push(namespace(
+            LinuxNamespaceType::Pid,
+            Some(proc_ns(need_pid("PID")?, "pid")),
+        )?),
+        NamespaceMode::Container => out.push(namespace(LinuxNamespaceType::Pid, None)?),
+        NamespaceMode::Node => {}
+        NamespaceMode::Target => {
+            let target = ns.map_or("", |n| n.target_id.as_str());
+            if target.is_empty() {
+                return Err(SpecError::invalid(
+                    "namespace_options pid TARGET needs target_id",
+                ));
+            }
+            let pid = input.target_pid.ok_or_else(|| {
+                SpecError::Input(format!(
+                    "target_pid is required to join the PID namespace of container {target}"
+                ))
+            })?;
+            out.push(namespace(
+                LinuxNamespaceType::Pid,
+                Some(proc_ns(pid, "pid")),
+            )?);
+        }
+    }
+    if has_userns {
+        out.push(namespace(
+            LinuxNamespaceType::User,
+            Some(proc_ns(need_pid("user")?, "user")),
+        )?);
+    }
+    Ok(out)
+}
+
+/// A container's spec.
+pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
+    check_cgroups_path(input.cgroups_path)?;
+    let config = input.config;
+    let name = config
+        .metadata
+        .as_ref()
+        .map_or("", |m| m.name.as_str())
+        .to_string();
+    let sc = container_security(config);
+    let pod_sc = sandbox_security(input.sandbox_config);
+    let privileged = sc.is_some_and(|s| s.privileged);
+    if privileged && !pod_sc.is_some_and(|s| s.privileged) {
+        return Err(SpecError::invalid(format!(
+            "privileged container {name} is not allowed in a pod whose security context is not privileged"
+        )));
+    }
+    let lsm = security::Lsm::detect();
+    security::check_selinux(sc.and_then(|s| s.selinux_options.as_ref()), lsm)?;
+    #[allow(deprecated)]
+    let apparmor_deprecated = sc.map_or("", |s| s.apparmor_profile.as_str());
+    security::check_apparmor(
+        sc.and_then(|s| s.apparmor.as_ref()),
+        apparmor_deprecated,
+        lsm,
+    )?;
+
+    let pod_ns = pod_sc.and_then(|s| s.namespace_options.as_ref());
+    let ns = sc.and_then(|s| s.namespace_options.as_ref()).or(pod_ns);
+    let pod_userns = userns(pod_ns)?;
+    let userns = userns(ns)?;
+    if userns != pod_userns {
+        return Err(SpecError::invalid(
+            "userns_options of the container differ from the pod's",
+        ));
+    }
+    let host_network = mode(pod_ns.map_or(0, |n| n.network), "network")? == NamespaceMode::Node;
+
+    let image = image::ImageConfig::new(input.image_config);
+    let args = process::args(config, &image)?;
+    let env = process::env(config, &image, input.hostname)?;
+    let cwd = process::cwd(config, &image)?;
+    let user = user::container_user(sc, image.user(), input.rootfs)?;
+    let capabilities = caps::container_caps(sc.and_then(|s| s.capabilities.as_ref()), privileged)?;
+
+    let seccomp = if privileged {
+        None
+    } else {
+        #[allow(deprecated)]
+        let deprecated_path = sc.map_or("", |s| s.seccomp_profile_path.as_str());
+        let choice = seccomp::choice(sc.and_then(|s| s.seccomp.as_ref()), deprecated_path)?;
+        let bounding = capabilities.bounding().clone().unwrap_or_default();
+        seccomp::profile_for(&choice, &bounding)?.map(|mut s| {
+            seccomp::for_libcontainer(&mut s);
+            s
+        })
+    };
+
+    let (masked, readonly_paths) = security::masked_and_readonly(
+        sc.map_or(&[][..], |s| s.masked_paths.as_slice()),
+        sc.map_or(&[][..], |s| s.readonly_paths.as_slice()),
+        privileged,
+        userns.is_some(),
+    );
+
+    let namespaces = container_namespaces(input, pod_ns, ns, userns.is_some())?;
+
+    // mounts
+    let readonly_rootfs = sc.is_some_and(|s| s.readonly_rootfs);
+    let (cri_mounts, root_propagation) = mounts::cri_mounts(&config.mounts)?;
+    let cri_dests: Vec<PathBuf> = cri_mounts.iter().map(|m| m.destination().clone()).collect();
+    let files = mounts::PodFiles {
+        resolv_conf: input.resolv_conf,
+        hosts: input.hosts,
+        hostname: input.hostname_file,
+        shm: input.shm_dir,
+    };
+    let mut overrides = mounts::pod_file_mounts(&files, readonly_rootfs, false, &cri_dests)?;
+    overrides.extend(cri_mounts);
+    let mut standard = mounts::standard_mounts(privileged)?;
+    if userns.is_some() && host_network {
+        standard.retain(|m| m.destination() != Path::new("/sys"));
+        standard.push(sys_bind()?);
+    }
+    let all_mounts = mounts::assemble(standard, overrides);
+
+    // devices
+    let (mut device_nodes, device_rules) = devices::cri_devices(&config.devices)?;
+    let mut rules = if privileged {
+        devices::allow_all_rules()?
+    } else {
+        devices::default_rules()?
+    };
+    rules.extend(device_rules);
+    if privileged {
+        for dev in devices::host_devices()? {
+            if !device_nodes.iter().any(|d| d.path() == dev.path()) {
+                device_nodes.push(dev);
+            }
+        }
+    }
+    if !config.cdi_devices.is_empty() {
+        return Err(SpecError::invalid(format!(
+            "cdi_devices {} requested, but crius does not support CDI yet",
+            config
+                .cdi_devices
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+
+    let cri_resources = config.linux.as_ref().and_then(|l| l.resources.as_ref());
+    let mut resources = match cri_resources {
+        Some(r) => resources_to_oci(r)?,
+        None => LinuxResources::default(),
+    };
+    resources.set_devices(Some(rules));
+    let oom_score_adj = match cri_resources.map(|r| r.oom_score_adj) {
+        Some(v) if v != 0 => Some(
+            i32::try_from(v)
+                .ok()
+                .filter(|v| (-1000..=1000).contains(v))
+                .ok_or_else(|| {
+                    SpecError::invalid(format!(
+                        "resources oom_score_adj {v} is outside -1000..1000"
+                    ))
+                })?,
+        ),
+        _ => None,
+    };
+
+    let mut process = Process::default();
+    process.set_terminal(Some(config.tty));
+    process.set_console_size(None);
+    process.set_user(user);
+    process.set_args(Some(args));
+    process.set_env(Some(env));
+    process.set_cwd(cwd);
+    process.set_capabilities(Some(capabilities));
+    process.set_rlimits(None);
+    process.set_no_new_privileges(Some(sc.is_some_and(|s| s.no_new_privs)));
+    process.set_apparmor_profile(None);
+    process.set_selinux_label(None);
+    process.set_oom_score_adj(oom_score_adj);
+
+    let mut linux = oci_spec::runtime::Linux::default();
+    linux.set_namespaces(Some(namespaces));
+    linux.set_uid_mappings(userns.as_ref().map(|u| u.0.clone()));
+    linux.set_gid_mappings(userns.as_ref().map(|u| u.1.clone()));
+    linux.set_sysctl(None);
+    linux.set_resources(Some(resources));
+    linux.set_cgroups_path(Some(PathBuf::from(input.cgroups_path)));
+    linux.set_devices((!device_nodes.is_empty()).then_some(device_nodes));
+    linux.set_seccomp(seccomp);
+    linux.set_rootfs_propagation(root_propagation.as_oci().map(str::to_string));
+    linux.set_masked_paths(Some(masked));
+    linux.set_readonly_paths(Some(readonly_paths));
+    linux.set_mount_label(None);
+
+    let metadata = input.sandbox_config.metadata.clone().unwrap_or_default();
+    let image_name = if !input.image_name.is_empty() {
+        input.image_name.to_string()
+    } else {
+        config
+            .image
+            .as_ref()
+            .map_or(String::new(), |i| i.image.clone())
+    };
+    let mut notes: HashMap<String, String> = config.annotations.clone();
+    notes.insert(
+        annotations::CONTAINER_TYPE.into(),
+        annotations::CONTAINER_TYPE_CONTAINER.into(),
+    );
+    notes.insert(annotations::SANDBOX_ID.into(), input.sandbox_id.into());
+    notes.insert(annotations::SANDBOX_NAME.into(), metadata.name);
+    notes.insert(annotations::SANDBOX_NAMESPACE.into(), metadata.namespace);
+    notes.insert(annotations::SANDBOX_UID.into(), metadata.uid);
+    notes.insert(annotations::CONTAINER_NAME.into(), name);
+    notes.insert(annotations::IMAGE_NAME.into(), image_name);
+
+    let mut spec = Spec::default();
+    spec.set_root(Some(root(input.rootfs, readonly_rootfs)?));
+    spec.set_mounts(Some(all_mounts));
+    spec.set_process(Some(process));
+    spec.set_hostname(None);
+    spec.set_domainname(None);
+    spec.set_hooks(None);
+    spec.set_annotations(Some(notes));
+    spec.set_linux(Some(linux));
+    Ok(spec)
+}
+
+/// The process for ExecSync/Exec in a running container: `cmd` and `tty` from the request,
+/// everything else (env, cwd, user, capabilities, no_new_privileges, AppArmor, SELinux label,
+/// rlimits, OOM score) from the container's process, as containerd does.
+pub fn exec_process(container_spec: &Spec, cmd: &[String], tty: bool) -> Result<Process> {
+    if cmd.is_empty() || cmd[0].is_empty() {
+        return Err(SpecError::invalid("exec cmd is empty"));
+    }
+    let mut process = container_spec
+        .process()
+        .clone()
+        .ok_or_else(|| SpecError::Input("the container spec has no process".into()))?;
+    process.set_args(Some(cmd.to_vec()));
+    process.set_terminal(Some(tty));
+    process.set_console_size(None);
+    if tty {
+        let mut env = process.env().clone().unwrap_or_default();
+        if !env.iter().any(|e| e.starts_with("TERM=")) {
+            env.push("TERM=xterm".into());
+        }
+        process.set_env(Some(env));
+    }
+    Ok(process)
+}
+
+#[cfg(test)]
+mod tests;

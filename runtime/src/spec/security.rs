@@ -1,0 +1,290 @@
+//! Sysctls, masked and read-only paths, AppArmor and SELinux.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crius_api::v1::{security_profile::ProfileType, SeLinuxOption, SecurityProfile};
+
+use super::error::{Result, SpecError};
+
+/// Paths masked by default (containerd's and kubelet's list).
+pub const DEFAULT_MASKED_PATHS: [&str; 11] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+    "/proc/scsi",
+];
+
+/// Paths made read-only by default.
+pub const DEFAULT_READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// Masked and read-only paths of a container.
+///
+/// Explicit CRI lists are used as given. proto3 cannot tell an unset list from an empty one, so
+/// an empty list means the defaults, except in a container with its own user namespace: kubelet
+/// sends empty lists only for `procMount: Unmasked`, which Kubernetes allows only with
+/// `hostUsers: false`. Privileged containers get none.
+pub(crate) fn masked_and_readonly(
+    masked: &[String],
+    readonly: &[String],
+    privileged: bool,
+    user_namespace: bool,
+) -> (Vec<String>, Vec<String>) {
+    if privileged {
+        return (Vec::new(), Vec::new());
+    }
+    let pick = |given: &[String], defaults: &[&str]| {
+        if !given.is_empty() {
+            given.to_vec()
+        } else if user_namespace {
+            Vec::new()
+        } else {
+            defaults.iter().map(|s| s.to_string()).collect()
+        }
+    };
+    (
+        pick(masked, &DEFAULT_MASKED_PATHS),
+        pick(readonly, &DEFAULT_READONLY_PATHS),
+    )
+}
+
+/// What namespaces a pod owns, for the sysctl check.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SysctlScope {
+    /// The pod has its own network namespace (not host network).
+    pub own_network: bool,
+    /// The pod has its own IPC namespace (not host IPC).
+    pub own_ipc: bool,
+    /// The pod has its own UTS namespace (not host network).
+    pub own_uts: bool,
+}
+
+/// Checks that every sysctl is namespaced and that the pod owns its namespace:
+/// `kernel.shm*`, `kernel.msg*`, `kernel.sem`, `fs.mqueue.*` (IPC), `net.*` (network),
+/// `kernel.hostname`/`kernel.domainname` (UTS). Keys may use `/` for `.`, as kubelet allows.
+pub(crate) fn check_sysctls(
+    sysctls: &HashMap<String, String>,
+    scope: SysctlScope,
+) -> Result<HashMap<String, String>> {
+    let mut out = HashMap::with_capacity(sysctls.len());
+    for (key, value) in sysctls {
+        let name = key.replace('/', ".");
+        let ipc = name.starts_with("kernel.shm")
+            || name.starts_with("kernel.msg")
+            || name == "kernel.sem"
+            || name.starts_with("fs.mqueue.");
+        if ipc {
+            if !scope.own_ipc {
+                return Err(SpecError::invalid(format!(
+                    "sysctl {key} needs the pod's own IPC namespace, but the pod uses the host's"
+                )));
+            }
+        } else if name.starts_with("net.") {
+            if !scope.own_network {
+                return Err(SpecError::invalid(format!(
+                    "sysctl {key} needs the pod's own network namespace, but the pod uses the host network"
+                )));
+            }
+        } else if name == "kernel.hostname" || name == "kernel.domainname" {
+            if !scope.own_uts {
+                return Err(SpecError::invalid(format!(
+                    "sysctl {key} needs the pod's own UTS namespace, but the pod uses the host's"
+                )));
+            }
+        } else {
+            return Err(SpecError::invalid(format!(
+                "sysctl {key} is not namespaced"
+            )));
+        }
+        out.insert(name, value.clone());
+    }
+    Ok(out)
+}
+
+/// Whether the kernel has AppArmor / SELinux enabled.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Lsm {
+    pub apparmor: bool,
+    pub selinux: bool,
+}
+
+impl Lsm {
+    /// Detects AppArmor (`/sys/kernel/security/apparmor`) and SELinux (`/sys/fs/selinux`).
+    pub(crate) fn detect() -> Lsm {
+        Lsm {
+            apparmor: Path::new("/sys/kernel/security/apparmor").exists()
+                || std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+                    .is_ok_and(|s| s.trim() == "Y"),
+            selinux: Path::new("/sys/fs/selinux/enforce").exists(),
+        }
+    }
+}
+
+/// Checks the AppArmor request. `RuntimeDefault`, unconfined and unset run without a profile
+/// on a node without AppArmor; a named profile is refused there. crius does not load AppArmor
+/// profiles yet, so a named profile is refused with AppArmor present too.
+pub(crate) fn check_apparmor(
+    profile: Option<&SecurityProfile>,
+    deprecated: &str,
+    lsm: Lsm,
+) -> Result<()> {
+    let named = match profile {
+        Some(p) => match ProfileType::try_from(p.profile_type) {
+            Ok(ProfileType::Localhost) => Some(p.localhost_ref.as_str()),
+            Ok(_) => None,
+            Err(_) => {
+                return Err(SpecError::invalid(format!(
+                    "apparmor profile_type {} is unknown",
+                    p.profile_type
+                )))
+            }
+        },
+        None => match deprecated {
+            "" | "unconfined" | "runtime/default" => None,
+            other => Some(other.strip_prefix("localhost/").unwrap_or(other)),
+        },
+    };
+    match named {
+        None => Ok(()),
+        Some(name) if !lsm.apparmor => Err(SpecError::invalid(format!(
+            "apparmor profile {name} requested, but AppArmor is not enabled on this node"
+        ))),
+        Some(name) => Err(SpecError::invalid(format!(
+            "apparmor profile {name} requested, but crius does not apply AppArmor profiles"
+        ))),
+    }
+}
+
+/// Checks the SELinux request: an empty label is fine; a label needs SELinux, which crius does
+/// not apply yet.
+pub(crate) fn check_selinux(options: Option<&SeLinuxOption>, lsm: Lsm) -> Result<()> {
+    let Some(o) = options else { return Ok(()) };
+    if o.user.is_empty() && o.role.is_empty() && o.r#type.is_empty() && o.level.is_empty() {
+        return Ok(());
+    }
+    let label = format!("{}:{}:{}:{}", o.user, o.role, o.r#type, o.level);
+    if lsm.selinux {
+        Err(SpecError::invalid(format!(
+            "selinux label {label} requested, but crius does not apply SELinux labels"
+        )))
+    } else {
+        Err(SpecError::invalid(format!(
+            "selinux label {label} requested, but SELinux is not enabled on this node"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: SysctlScope = SysctlScope {
+        own_network: true,
+        own_ipc: true,
+        own_uts: true,
+    };
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn namespaced_sysctls_pass() {
+        let ok = check_sysctls(
+            &map(&[
+                ("kernel.shmmax", "1"),
+                ("kernel.msgmax", "1"),
+                ("kernel.sem", "1 2 3 4"),
+                ("fs.mqueue.msg_max", "10"),
+                ("net.ipv4.ip_forward", "1"),
+                ("net/ipv4/conf/all/rp_filter", "0"),
+            ]),
+            POD,
+        )
+        .unwrap();
+        assert_eq!(ok["net.ipv4.conf.all.rp_filter"], "0");
+    }
+
+    #[test]
+    fn other_sysctls_are_refused_by_name() {
+        let err = check_sysctls(&map(&[("kernel.foo", "1")]), POD).unwrap_err();
+        assert!(err.is_invalid_argument());
+        assert_eq!(err.to_string(), "sysctl kernel.foo is not namespaced");
+        let err = check_sysctls(&map(&[("vm.swappiness", "1")]), POD).unwrap_err();
+        assert_eq!(err.to_string(), "sysctl vm.swappiness is not namespaced");
+    }
+
+    #[test]
+    fn net_sysctls_need_a_pod_network() {
+        let host = SysctlScope {
+            own_network: false,
+            own_ipc: true,
+            own_uts: false,
+        };
+        let err = check_sysctls(&map(&[("net.core.somaxconn", "1024")]), host).unwrap_err();
+        assert!(err.to_string().contains("net.core.somaxconn"));
+        assert!(err.to_string().contains("host network"));
+        let host_ipc = SysctlScope {
+            own_ipc: false,
+            ..POD
+        };
+        assert!(check_sysctls(&map(&[("kernel.shmall", "1")]), host_ipc).is_err());
+    }
+
+    #[test]
+    fn masked_paths_defaults_overrides_and_unmasked() {
+        let (m, r) = masked_and_readonly(&[], &[], false, false);
+        assert_eq!(m.len(), DEFAULT_MASKED_PATHS.len());
+        assert_eq!(r.len(), DEFAULT_READONLY_PATHS.len());
+        let (m, r) =
+            masked_and_readonly(&["/proc/foo".into()], &["/proc/bar".into()], false, false);
+        assert_eq!(m, ["/proc/foo"]);
+        assert_eq!(r, ["/proc/bar"]);
+        let (m, r) = masked_and_readonly(&[], &[], false, true);
+        assert!(m.is_empty() && r.is_empty());
+        let (m, r) = masked_and_readonly(&["/proc/foo".into()], &[], true, false);
+        assert!(m.is_empty() && r.is_empty());
+    }
+
+    #[test]
+    fn apparmor_and_selinux_without_the_lsm() {
+        let none = Lsm::default();
+        assert!(check_apparmor(None, "", none).is_ok());
+        assert!(check_apparmor(None, "runtime/default", none).is_ok());
+        let rd = SecurityProfile::default();
+        assert!(check_apparmor(Some(&rd), "", none).is_ok());
+        let lh = SecurityProfile {
+            profile_type: ProfileType::Localhost as i32,
+            localhost_ref: "my-profile".into(),
+        };
+        let err = check_apparmor(Some(&lh), "", none).unwrap_err();
+        assert!(err.is_invalid_argument());
+        assert!(err.to_string().contains("my-profile"));
+        assert!(check_apparmor(None, "localhost/other", none).is_err());
+
+        assert!(check_selinux(None, none).is_ok());
+        assert!(check_selinux(Some(&SeLinuxOption::default()), none).is_ok());
+        let label = SeLinuxOption {
+            level: "s0:c1,c2".into(),
+            ..Default::default()
+        };
+        let err = check_selinux(Some(&label), none).unwrap_err();
+        assert!(err.to_string().contains("s0:c1,c2"));
+    }
+}

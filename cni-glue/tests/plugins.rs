@@ -359,20 +359,20 @@ async fn bandwidth_annotations_shape_the_pod() {
 async fn dual_stack_lists_ipv4_first() {
     let _g = lock().await;
     let t = TestNet::new(7, "");
-    // Give host-local a second range: an IPv6 ULA subnet, private to this test's bridge.
+    // Give host-local a second range: an IPv6 ULA subnet ("crius" in hex), private to this test's bridge.
     let conf = t.path("net.d/10-crius-test.conflist");
     let text = std::fs::read_to_string(&conf).unwrap().replace(
         r#""ranges": [[{"subnet": "10.88.207.0/24"}]]"#,
-        r#""ranges": [[{"subnet": "fd00:88:207::/64"}], [{"subnet": "10.88.207.0/24"}]]"#,
+        r#""ranges": [[{"subnet": "fd63:7269:7573:207::/64"}], [{"subnet": "10.88.207.0/24"}]]"#,
     );
-    assert!(text.contains("fd00:88:207::/64"));
+    assert!(text.contains("fd63:7269:7573:207::/64"));
     std::fs::write(&conf, text).unwrap();
     let p = t.pod("ds");
     let r = t.network.setup(&p).await.unwrap();
     let ips = r.pod_ips();
     assert_eq!(ips.len(), 2, "{r:?}");
     assert!(ips[0].is_ipv4() && ips[1].is_ipv6(), "{ips:?}");
-    assert!(ips[1].to_string().starts_with("fd00:88:207:"), "{ips:?}");
+    assert!(ips[1].to_string().starts_with("fd63:7269:7573:207:"), "{ips:?}");
     assert!(ping(ips[0]));
     assert_eq!(t.allocated_ips().len(), 2);
     t.network.teardown(&p.id).await.unwrap();

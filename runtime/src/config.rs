@@ -43,6 +43,12 @@ plugin_timeout_secs = 60
 # Who names and manages pod and container cgroups: "cgroupfs" or "systemd".
 driver = "cgroupfs"
 
+[runtime]
+# The per-pod shim binary; empty means crius-shim next to the crius binary.
+shim_path = ""
+# Size in bytes of a pod's /dev/shm tmpfs (unless the pod uses the host IPC namespace).
+shm_size = 67108864
+
 [stream]
 # Address the streaming server for exec, attach and port-forward listens on.
 address = "127.0.0.1"
@@ -61,7 +67,24 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub cni: CniConfig,
     pub cgroup: CgroupConfig,
+    pub runtime: RuntimeConfig,
     pub stream: StreamConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    pub shim_path: PathBuf,
+    pub shm_size: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            shim_path: PathBuf::new(),
+            shm_size: 64 << 20,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +134,7 @@ impl Default for Config {
             registry: RegistryConfig::default(),
             cni: CniConfig::default(),
             cgroup: CgroupConfig::default(),
+            runtime: RuntimeConfig::default(),
             stream: StreamConfig::default(),
         }
     }
@@ -252,6 +276,17 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// The shim binary: the configured one, else `crius-shim` beside the running crius.
+    pub fn shim_binary(&self) -> PathBuf {
+        if !self.runtime.shim_path.as_os_str().is_empty() {
+            return self.runtime.shim_path.clone();
+        }
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("crius-shim")))
+            .unwrap_or_else(|| PathBuf::from("crius-shim"))
     }
 
     /// The filesystem path of the `listen` endpoint.

@@ -1,58 +1,110 @@
 //! The daemon's shared state: configuration, database and the domain services every RPC
 //! handler reaches through `&Daemon`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use crius_cni::{Network, NetworkOptions};
+use crius_image::{ImageStore, StoreConfig};
 
 use crate::config::Config;
+use crate::container::ContainerRecord;
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::pod::SandboxRecord;
+use crate::records::Records;
+use crate::shims::Shims;
+use crate::store::{Store, Table};
+use crate::util::Locks;
 
 /// Everything a running crius owns. One per process, shared behind an `Arc`.
-#[derive(Debug)]
 pub struct Daemon {
     pub config: Config,
+    /// Pod and container records, name reservations.
     pub store: Store,
+    /// Images: pull, records, snapshots, leases held by containers.
+    pub images: ImageStore,
+    /// The node's pod network (CNI).
+    pub network: Network,
+    pub sandboxes: Records<SandboxRecord>,
+    pub containers: Records<ContainerRecord>,
+    pub shims: Shims,
+    /// One lock per pod and per container id.
+    pub locks: Locks,
+    /// The static pause binary, bind-mounted into every pod's infra container.
+    pub pause_binary: std::path::PathBuf,
     pub started_at: SystemTime,
 }
 
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("root", &self.config.root)
+            .field("state", &self.config.state)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Daemon {
-    /// Opens the database under `config.root` and prepares the state directory.
+    /// Opens the database and the image store under `config.root` and prepares the state
+    /// directory.
     pub fn open(config: Config) -> anyhow::Result<Arc<Daemon>> {
-        use anyhow::Context as _;
         std::fs::create_dir_all(&config.state)
             .with_context(|| format!("create state directory {}", config.state.display()))?;
         let store = Store::open(&config.root)?;
+        let images = ImageStore::open(StoreConfig {
+            root: config.root.clone(),
+            registry_config_dir: Some(config.registry.config_path.clone()),
+            max_concurrent_downloads: config.registry.max_concurrent_downloads,
+            no_progress_timeout: Duration::from_secs(config.registry.stall_timeout_secs),
+            ..StoreConfig::default()
+        })
+        .with_context(|| format!("open image store in {}", config.root.display()))?;
+        let network = Network::new(NetworkOptions {
+            conf_dir: config.cni.conf_dir.clone(),
+            bin_dirs: config.cni.bin_dirs.clone(),
+            // Under root, not state: host-local's IP store survives a reboot, so what DEL
+            // needs to release those IPs must too.
+            cache_dir: config.root.join("cni"),
+            plugin_timeout: Duration::from_secs(config.cni.plugin_timeout_secs),
+            ..NetworkOptions::default()
+        });
+        let sandboxes = Records::load(&store, Table::Sandboxes)?;
+        let containers = Records::load(&store, Table::Containers)?;
+        let shims = Shims::new(config.shim_binary(), &config.state);
+        let pause_binary = config.state.join("bin").join("crius-pause");
         Ok(Arc::new(Daemon {
             config,
             store,
+            images,
+            network,
+            sandboxes,
+            containers,
+            shims,
+            locks: Locks::default(),
+            pause_binary,
             started_at: SystemTime::now(),
         }))
     }
 
-    /// Whether pods can get a network: `Ok` when a CNI configuration is present, else why not.
-    pub fn network_ready(&self) -> Result<()> {
-        let dir = &self.config.cni.conf_dir;
-        let found = std::fs::read_dir(dir)
-            .map(|entries| {
-                entries.flatten().any(|e| {
-                    let p: PathBuf = e.path();
-                    p.is_file()
-                        && matches!(
-                            p.extension().and_then(|x| x.to_str()),
-                            Some("conf" | "conflist" | "json")
-                        )
-                })
-            })
-            .unwrap_or(false);
-        if found {
-            Ok(())
-        } else {
-            Err(Error::FailedPrecondition(format!(
-                "no network config found in {}",
-                dir.display()
-            )))
-        }
+    /// What runs once before serving: the pause binary in place, and the pods and containers
+    /// of the database matched with what is really there.
+    pub async fn start(self: &Arc<Self>) -> anyhow::Result<()> {
+        self.shims
+            .install_pause(&self.pause_binary)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
+        self.recover_containers().await;
+        self.recover_pods().await;
+        Ok(())
+    }
+
+    /// Whether pods can get a network: `Ok` when a usable CNI configuration is present, else
+    /// why not.
+    pub async fn network_ready(&self) -> Result<()> {
+        self.network
+            .status()
+            .map(|_| ())
+            .map_err(|e| Error::FailedPrecondition(crate::error::chain(&e)))
     }
 }

@@ -60,6 +60,74 @@ impl Error {
     }
 }
 
+impl From<crate::store::StoreError> for Error {
+    fn from(e: crate::store::StoreError) -> Error {
+        Error::internal("database", e)
+    }
+}
+
+impl From<crate::mounts::MountError> for Error {
+    fn from(e: crate::mounts::MountError) -> Error {
+        Error::internal("mount", e)
+    }
+}
+
+impl From<crate::spec::SpecError> for Error {
+    fn from(e: crate::spec::SpecError) -> Error {
+        if e.is_invalid_argument() {
+            Error::InvalidArgument(chain(&e))
+        } else {
+            Error::internal("build the OCI spec", e)
+        }
+    }
+}
+
+impl From<crius_image::Error> for Error {
+    fn from(e: crius_image::Error) -> Error {
+        use crius_image::ErrorKind as K;
+        let msg = chain(&e);
+        match e.kind() {
+            K::InvalidArgument => Error::InvalidArgument(msg),
+            K::NotFound => Error::NotFound(msg),
+            K::Unavailable => Error::Unavailable(msg),
+            K::Unauthenticated | K::PermissionDenied => Error::Unauthenticated(msg),
+            K::DeadlineExceeded => Error::DeadlineExceeded(msg),
+            K::FailedPrecondition => Error::FailedPrecondition(msg),
+            K::Internal => Error::internal("image", e),
+        }
+    }
+}
+
+impl From<crius_cni::Error> for Error {
+    fn from(e: crius_cni::Error) -> Error {
+        match e {
+            crius_cni::Error::NoNetworkConfig { .. } => Error::FailedPrecondition(chain(&e)),
+            _ => Error::internal("pod network", e),
+        }
+    }
+}
+
+impl From<crius_api::shim::ClientError> for Error {
+    fn from(e: crius_api::shim::ClientError) -> Error {
+        use crius_api::shim::{ClientError as C, ErrorKind as K};
+        let msg = chain(&e);
+        match &e {
+            C::Shim(s) => match s.kind {
+                K::InvalidArgument => Error::InvalidArgument(msg),
+                K::NotFound => Error::NotFound(msg),
+                K::AlreadyExists => Error::AlreadyExists(msg),
+                K::FailedPrecondition => Error::FailedPrecondition(msg),
+                K::DeadlineExceeded => Error::DeadlineExceeded(msg),
+                K::UnsupportedVersion | K::Internal => Error::internal("shim", e),
+            },
+            C::Timeout { .. } => Error::DeadlineExceeded(msg),
+            // The pod's shim is gone: the pod can no longer run anything.
+            C::Connect { .. } => Error::FailedPrecondition(msg),
+            _ => Error::internal("shim", e),
+        }
+    }
+}
+
 /// The whole cause chain on one line: `context: cause: cause`.
 pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();

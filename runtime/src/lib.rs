@@ -1,10 +1,17 @@
 //! crius: a Kubernetes CRI runtime. This crate is the daemon: configuration, the database, the
 //! gRPC services and the pod and container lifecycle. See DESIGN.md for the map.
 
+pub mod cgroups;
 pub mod config;
+pub mod container;
 pub mod daemon;
 pub mod error;
+pub mod mounts;
+pub mod pod;
+pub mod records;
 pub mod server;
 pub mod service;
+pub mod shims;
 pub mod spec;
 pub mod store;
+pub mod util;

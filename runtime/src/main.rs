@@ -87,9 +87,22 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// A bare level applies to crius's own crates; the libraries below (h2, hyper, tonic) stay at
+/// warn, or debug logs drown in frame dumps. A full filter directive is used as written.
+fn log_filter(level: &str) -> String {
+    const LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+    if LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+        let crates = ["crius", "crius_image", "crius_cni", "crius_api"];
+        let own: Vec<String> = crates.iter().map(|c| format!("{c}={level}")).collect();
+        format!("warn,{}", own.join(","))
+    } else {
+        level.to_string()
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = load_config(&cli)?;
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&config.log_level))
         .with_context(|| format!("log level {:?}", config.log_level))?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -110,6 +123,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         // Claim the socket first: a second crius must fail before it touches the database.
         let socket = Socket::claim(&socket_path)?;
         let daemon = Daemon::open(config)?;
+        daemon.start().await?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             root = %daemon.config.root.display(),

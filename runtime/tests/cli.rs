@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! The `crius` binary as an operator meets it: flags, config errors, the socket claim and the
 //! orderly stop. gRPC behaviour is tested end to end in the `tests/` crate.
 

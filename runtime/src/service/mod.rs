@@ -16,8 +16,10 @@ use tracing::Instrument as _;
 use crate::daemon::Daemon;
 use crate::error::{self, Error};
 
+mod container;
 mod ids;
 mod runtime_config;
+mod sandbox;
 mod status;
 mod version;
 
@@ -93,6 +95,12 @@ where
     }
 }
 
+/// A server stream that sends one message and ends: the `Stream*` list RPCs answer a whole
+/// list in one message, as their unary twins do.
+pub fn one_message<T: Send + 'static>(msg: T) -> BoxStream<T> {
+    Box::pin(futures::stream::once(async move { Ok(msg) }))
+}
+
 /// The handler of an RPC whose work has not landed yet.
 async fn not_yet<T>(method: &'static str) -> error::Result<T> {
     Err(Error::Unimplemented(method))
@@ -128,44 +136,44 @@ cri_service! {
             -> UpdateRuntimeConfigResponse => |_, _| not_yet("UpdateRuntimeConfig");
 
         run_pod_sandbox("RunPodSandbox", RunPodSandboxRequest) -> RunPodSandboxResponse
-            => |_, _| not_yet("RunPodSandbox");
+            => sandbox::run;
         stop_pod_sandbox("StopPodSandbox", StopPodSandboxRequest) -> StopPodSandboxResponse
-            => |_, _| not_yet("StopPodSandbox");
+            => sandbox::stop;
         remove_pod_sandbox("RemovePodSandbox", RemovePodSandboxRequest)
-            -> RemovePodSandboxResponse => |_, _| not_yet("RemovePodSandbox");
+            -> RemovePodSandboxResponse => sandbox::remove;
         pod_sandbox_status("PodSandboxStatus", PodSandboxStatusRequest)
-            -> PodSandboxStatusResponse => |_, _| not_yet("PodSandboxStatus");
+            -> PodSandboxStatusResponse => sandbox::status;
         list_pod_sandbox("ListPodSandbox", ListPodSandboxRequest) -> ListPodSandboxResponse
-            => |_, _| not_yet("ListPodSandbox");
+            => sandbox::list;
         stream_pod_sandboxes("StreamPodSandboxes", StreamPodSandboxesRequest)
-            -> BoxStream<StreamPodSandboxesResponse> => |_, _| not_yet("StreamPodSandboxes");
+            -> BoxStream<StreamPodSandboxesResponse> => sandbox::stream;
         update_pod_sandbox_resources("UpdatePodSandboxResources", UpdatePodSandboxResourcesRequest)
             -> UpdatePodSandboxResourcesResponse => |_, _| not_yet("UpdatePodSandboxResources");
 
         create_container("CreateContainer", CreateContainerRequest) -> CreateContainerResponse
-            => |_, _| not_yet("CreateContainer");
+            => container::create;
         start_container("StartContainer", StartContainerRequest) -> StartContainerResponse
-            => |_, _| not_yet("StartContainer");
+            => container::start;
         stop_container("StopContainer", StopContainerRequest) -> StopContainerResponse
-            => |_, _| not_yet("StopContainer");
+            => container::stop;
         remove_container("RemoveContainer", RemoveContainerRequest) -> RemoveContainerResponse
-            => |_, _| not_yet("RemoveContainer");
+            => container::remove;
         list_containers("ListContainers", ListContainersRequest) -> ListContainersResponse
-            => |_, _| not_yet("ListContainers");
+            => container::list;
         stream_containers("StreamContainers", StreamContainersRequest)
-            -> BoxStream<StreamContainersResponse> => |_, _| not_yet("StreamContainers");
+            -> BoxStream<StreamContainersResponse> => container::stream;
         container_status("ContainerStatus", ContainerStatusRequest) -> ContainerStatusResponse
-            => |_, _| not_yet("ContainerStatus");
+            => container::status;
         update_container_resources("UpdateContainerResources", UpdateContainerResourcesRequest)
             -> UpdateContainerResourcesResponse => |_, _| not_yet("UpdateContainerResources");
         reopen_container_log("ReopenContainerLog", ReopenContainerLogRequest)
-            -> ReopenContainerLogResponse => |_, _| not_yet("ReopenContainerLog");
+            -> ReopenContainerLogResponse => container::reopen_log;
         checkpoint_container("CheckpointContainer", CheckpointContainerRequest)
             -> CheckpointContainerResponse => |_, _| not_yet("CheckpointContainer");
         get_container_events("GetContainerEvents", GetEventsRequest)
             -> BoxStream<ContainerEventResponse> => |_, _| not_yet("GetContainerEvents");
 
-        exec_sync("ExecSync", ExecSyncRequest) -> ExecSyncResponse => |_, _| not_yet("ExecSync");
+        exec_sync("ExecSync", ExecSyncRequest) -> ExecSyncResponse => container::exec_sync;
         exec("Exec", ExecRequest) -> ExecResponse => |_, _| not_yet("Exec");
         attach("Attach", AttachRequest) -> AttachResponse => |_, _| not_yet("Attach");
         port_forward("PortForward", PortForwardRequest) -> PortForwardResponse

@@ -25,7 +25,7 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
         reason: String::new(),
         message: String::new(),
     };
-    let network = match daemon.network_ready() {
+    let network = match daemon.network_ready().await {
         Ok(()) => RuntimeCondition {
             r#type: NETWORK_READY.to_string(),
             status: true,

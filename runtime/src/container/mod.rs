@@ -1,0 +1,651 @@
+//! Containers: their records and their lifecycle through the pod's shim.
+//!
+//! A container is: a record (written before any side effect), a lease on its image's
+//! snapshots, an overlay rootfs (`<root>/containers/<id>/{upper,work}` mounted on
+//! `<state>/containers/<id>/rootfs`), an OCI bundle beside it, and the container in the pod's
+//! shim. As for pods, one idempotent teardown undoes a failed create, serves
+//! `RemoveContainer` and cleans up after a crius killed mid-way.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crius_api::shim::{ContainerStatus as ShimStatus, ExitInfo};
+use crius_api::v1::{ContainerConfig, LinuxContainerResources, PodSandboxConfig};
+use prost::Message as _;
+use serde::{Deserialize, Serialize};
+
+use crate::cgroups;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use crate::mounts;
+use crate::pod::{write_spec, SandboxState};
+use crate::util::{new_id, now_nanos};
+
+/// Where a container is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    /// `CreateContainer` is under way (or crius died during it: cleaned up at start).
+    Creating,
+    Created,
+    Running,
+    Exited,
+}
+
+/// What crius keeps of a container.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub id: String,
+    /// The reserved name `<name>_<pod name>_<pod namespace>_<pod uid>_<attempt>`.
+    pub name: String,
+    pub sandbox_id: String,
+    /// The `ContainerConfig`, protobuf-encoded.
+    #[serde(with = "crate::records::b64")]
+    pub config: Vec<u8>,
+    /// `sha256:<config digest>`.
+    pub image_id: String,
+    /// The image as the client named it.
+    pub image_name: String,
+    /// A repo digest of the image (or its id when it has none).
+    pub image_ref: String,
+    pub state: ContainerState,
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    pub pid: Option<u32>,
+    pub log_path: Option<PathBuf>,
+    pub stop_signal: i32,
+    /// The resources in force, protobuf-encoded `LinuxContainerResources`.
+    #[serde(default, with = "crate::records::b64")]
+    pub resources: Vec<u8>,
+}
+
+impl ContainerRecord {
+    pub fn config(&self) -> ContainerConfig {
+        // Encoded by us; a failure means a corrupt database (see SandboxRecord::config).
+        ContainerConfig::decode(self.config.as_slice()).unwrap_or_default()
+    }
+
+    pub fn resources(&self) -> Option<LinuxContainerResources> {
+        if self.resources.is_empty() {
+            return None;
+        }
+        LinuxContainerResources::decode(self.resources.as_slice()).ok()
+    }
+}
+
+/// Paths of a container, all derived from its id.
+pub struct ContainerPaths {
+    pub bundle: PathBuf,
+    pub rootfs: PathBuf,
+    pub layer: PathBuf,
+}
+
+impl ContainerPaths {
+    pub fn new(root: &Path, state: &Path, id: &str) -> ContainerPaths {
+        let bundle = state.join("containers").join(id);
+        ContainerPaths {
+            rootfs: bundle.join("rootfs"),
+            bundle,
+            layer: root.join("containers").join(id),
+        }
+    }
+}
+
+/// CRI's reason for an exit.
+fn exit_reason(exit: &ExitInfo) -> &'static str {
+    if exit.oom_killed {
+        "OOMKilled"
+    } else if exit.exit_code == 0 {
+        "Completed"
+    } else {
+        "Error"
+    }
+}
+
+fn validate(config: &ContainerConfig) -> Result<()> {
+    let name = config
+        .metadata
+        .as_ref()
+        .map(|m| m.name.as_str())
+        .unwrap_or("");
+    if name.is_empty() {
+        return Err(Error::InvalidArgument(
+            "config.metadata.name is required".into(),
+        ));
+    }
+    if name.contains(['/', '\0']) {
+        return Err(Error::InvalidArgument(format!(
+            "config.metadata.name: invalid value {name:?}"
+        )));
+    }
+    let image = config
+        .image
+        .as_ref()
+        .map(|i| i.image.as_str())
+        .unwrap_or("");
+    if image.is_empty() {
+        return Err(Error::InvalidArgument(
+            "config.image.image is required".into(),
+        ));
+    }
+    if config.log_path.starts_with('/') || config.log_path.split('/').any(|c| c == "..") {
+        return Err(Error::InvalidArgument(format!(
+            "config.log_path {:?} must be relative to the pod's log_directory",
+            config.log_path
+        )));
+    }
+    Ok(())
+}
+
+impl Daemon {
+    /// `CreateContainer`: the container exists, stopped before its process runs.
+    pub async fn create_container(
+        self: &Arc<Self>,
+        pod_id: &str,
+        config: ContainerConfig,
+    ) -> Result<String> {
+        validate(&config)?;
+        let pod = self.pod(pod_id)?;
+        let _pod_lock = self.locks.lock(&pod.id).await;
+        let pod = self.pod(&pod.id)?;
+        if pod.state != SandboxState::Ready {
+            return Err(Error::FailedPrecondition(format!(
+                "pod sandbox {} is not ready",
+                pod.id
+            )));
+        }
+        let pod_config = pod.config();
+        let pod_meta = pod_config.metadata.clone().unwrap_or_default();
+        let meta = config.metadata.clone().unwrap_or_default();
+        let name = format!(
+            "{}_{}_{}_{}_{}",
+            meta.name, pod_meta.name, pod_meta.namespace, pod_meta.uid, meta.attempt
+        );
+        let image_name = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        let image = self
+            .images
+            .get(&image_name)?
+            .ok_or_else(|| Error::NotFound(format!("image {image_name:?} not found")))?;
+        let id = new_id();
+        if let Some(holder) = self.store.reserve_name(&name, &id)? {
+            return Err(Error::AlreadyExists(format!(
+                "container name {name:?} is reserved for {holder}"
+            )));
+        }
+        let log_path = match (
+            pod_config.log_directory.is_empty(),
+            config.log_path.is_empty(),
+        ) {
+            (false, false) => Some(Path::new(&pod_config.log_directory).join(&config.log_path)),
+            _ => None,
+        };
+        let record = ContainerRecord {
+            id: id.clone(),
+            name: name.clone(),
+            sandbox_id: pod.id.clone(),
+            config: config.encode_to_vec(),
+            image_id: image.id.clone(),
+            image_name,
+            image_ref: image
+                .repo_digests
+                .first()
+                .cloned()
+                .unwrap_or_else(|| image.id.clone()),
+            state: ContainerState::Creating,
+            created_at: now_nanos(),
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            pid: None,
+            log_path,
+            stop_signal: libc::SIGTERM,
+            resources: config
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.as_ref())
+                .map(|r| r.encode_to_vec())
+                .unwrap_or_default(),
+        };
+        if let Err(e) = self.containers.put(&self.store, &id, record.clone()) {
+            let _ = self.store.release_name(&name, &id);
+            return Err(e);
+        }
+        match self.setup_container(record, &config, &pod_config).await {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                tracing::warn!(container = %id, "create failed, undoing: {e}");
+                if let Err(undo) = self.remove_container_by_id(&id).await {
+                    tracing::error!(container = %id, "undo of a failed create: {undo}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn setup_container(
+        self: &Arc<Self>,
+        mut record: ContainerRecord,
+        config: &ContainerConfig,
+        pod_config: &PodSandboxConfig,
+    ) -> Result<()> {
+        let id = record.id.clone();
+        let pod = self.pod(&record.sandbox_id)?;
+        let paths = ContainerPaths::new(&self.config.root, &self.config.state, &id);
+        let lowerdirs = self.images.lease(&id, &record.image_id)?;
+        mounts::mount_overlay(
+            &lowerdirs,
+            &paths.layer.join("upper"),
+            &paths.layer.join("work"),
+            &paths.rootfs,
+        )?;
+        let image_record = self
+            .images
+            .get(&record.image_id)?
+            .ok_or_else(|| Error::NotFound(format!("image {} not found", record.image_id)))?;
+        let image_config: serde_json::Value =
+            serde_json::from_str(&self.images.config_json(&image_record)?).map_err(|e| {
+                Error::internal(format!("parse config of image {}", record.image_id), e)
+            })?;
+        record.stop_signal = crate::spec::stop_signal(config, &image_config)?;
+
+        // A bind mount of a missing host path gets a directory, as kubelet users expect.
+        for m in &config.mounts {
+            let host = Path::new(&m.host_path);
+            if host.is_absolute() && !host.exists() {
+                std::fs::create_dir_all(host)
+                    .map_err(|e| Error::internal(format!("create {}", host.display()), e))?;
+            }
+        }
+        let pod_paths = crate::pod::PodPaths::new(&self.config.state, &pod.id);
+        let shm = pod_paths.shm.exists().then_some(pod_paths.shm.as_path());
+        let (hosts, resolv, hostname_file) = (
+            pod_paths.dir.join("hosts"),
+            pod_paths.dir.join("resolv.conf"),
+            pod_paths.dir.join("hostname"),
+        );
+        let spec = crate::spec::container_spec(&crate::spec::ContainerSpecInput {
+            container_id: &id,
+            sandbox_id: &pod.id,
+            image_name: &record.image_name,
+            config,
+            sandbox_config: pod_config,
+            image_config: &image_config,
+            rootfs: &paths.rootfs,
+            sandbox_pid: pod.pause_pid,
+            netns_path: pod.netns.as_deref(),
+            cgroups_path: &cgroups::container_cgroup(&pod.cgroup, &id),
+            hostname: &pod.hostname,
+            resolv_conf: Some(&resolv),
+            hosts: Some(&hosts),
+            hostname_file: Some(&hostname_file),
+            shm_dir: shm,
+            target_pid: self.target_pid(config)?,
+        })?;
+        write_spec(&paths.bundle, &spec)?;
+        if let Some(log) = &record.log_path {
+            if let Some(dir) = log.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Error::internal(format!("create log directory {}", dir.display()), e)
+                })?;
+            }
+        }
+        let shim = self.shims.get(&pod.id).await?;
+        let pid = shim
+            .create_container(crius_api::shim::CreateContainer {
+                id: id.clone(),
+                bundle: paths.bundle.clone(),
+                stdin: config.stdin,
+                stdin_once: config.stdin_once,
+                tty: config.tty,
+                log_path: record.log_path.clone(),
+            })
+            .await?;
+        record.pid = u32::try_from(pid).ok();
+        record.state = ContainerState::Created;
+        self.containers.put(&self.store, &id, record)?;
+        Ok(())
+    }
+
+    /// The pid of the container a `TARGET` pid namespace points at.
+    fn target_pid(&self, config: &ContainerConfig) -> Result<Option<u32>> {
+        let target = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .filter(|n| n.pid == crius_api::v1::NamespaceMode::Target as i32)
+            .map(|n| n.target_id.clone());
+        let Some(target) = target else {
+            return Ok(None);
+        };
+        let c = self.container(&target)?;
+        match (c.state, c.pid) {
+            (ContainerState::Running, Some(pid)) => Ok(Some(pid)),
+            _ => Err(Error::FailedPrecondition(format!(
+                "namespace_options.target_id {target}: container is not running"
+            ))),
+        }
+    }
+
+    /// `StartContainer`.
+    pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
+        let c = self.container(id)?;
+        let _lock = self.locks.lock(&c.id).await;
+        let c = self.container(&c.id)?;
+        if c.state != ContainerState::Created {
+            return Err(Error::FailedPrecondition(format!(
+                "container {} is {:?}, not created",
+                c.id, c.state
+            )));
+        }
+        let shim = self.shims.get(&c.sandbox_id).await?;
+        let pid = shim.start(&c.id).await?;
+        self.containers.update(&self.store, &c.id, |r| {
+            r.state = ContainerState::Running;
+            r.started_at = now_nanos();
+            r.pid = u32::try_from(pid).ok();
+        })?;
+        self.watch_exit(c.sandbox_id.clone(), c.id.clone());
+        Ok(())
+    }
+
+    /// Follows a running container until it exits, then records how.
+    pub fn watch_exit(self: &Arc<Self>, pod_id: String, id: String) {
+        let daemon = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                let waited = match daemon.shims.get(&pod_id).await {
+                    Ok(shim) => shim.wait(&id, None).await.map_err(Error::from),
+                    Err(e) => Err(e),
+                };
+                match waited {
+                    Ok(exit) => {
+                        daemon.record_exit(&id, &exit);
+                        return;
+                    }
+                    Err(e) => {
+                        if daemon
+                            .containers
+                            .get(&id)
+                            .is_none_or(|c| c.state != ContainerState::Running)
+                        {
+                            return;
+                        }
+                        if daemon.settle_lost(&pod_id, &id, &e.to_string()) {
+                            return;
+                        }
+                        // The shim lives but the call failed: try again shortly.
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// When the shim cannot tell how a container ended: read its exit file, or, if the shim is
+    /// gone without one, record the container as exited with the reason. Returns whether the
+    /// container's end is now recorded.
+    fn settle_lost(&self, pod_id: &str, id: &str, why: &str) -> bool {
+        let shim_dir = self.shims.state_dir(pod_id);
+        if let Ok(Some(exit)) = crius_api::shim::read_exit_file(&shim_dir, id) {
+            self.record_exit(id, &exit);
+            return true;
+        }
+        let shim_alive = std::fs::read_to_string(shim_dir.join(crius_api::shim::PID_FILE))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .is_some_and(crate::shims::pid_alive);
+        if shim_alive {
+            return false;
+        }
+        let message = format!("the pod's shim is gone and left no exit record ({why})");
+        let _ = self.containers.update(&self.store, id, |r| {
+            r.state = ContainerState::Exited;
+            r.finished_at = now_nanos();
+            r.exit_code = 255;
+            r.reason = "Error".to_string();
+            r.message = message.clone();
+        });
+        true
+    }
+
+    fn record_exit(&self, id: &str, exit: &ExitInfo) {
+        let res = self.containers.update(&self.store, id, |r| {
+            if r.state == ContainerState::Exited {
+                return;
+            }
+            r.state = ContainerState::Exited;
+            r.finished_at = exit.finished_at_unix_nano;
+            r.exit_code = exit.exit_code;
+            r.reason = exit_reason(exit).to_string();
+            if let Some(sig) = exit.signal {
+                r.message = format!("killed by signal {sig}");
+            }
+        });
+        if let Err(e) = res {
+            tracing::error!(container = id, "record exit: {e}");
+        }
+    }
+
+    /// `StopContainer`: the stop signal, `timeout` seconds, then SIGKILL. Idempotent; an
+    /// unknown id is success.
+    pub async fn stop_container(self: &Arc<Self>, id: &str, timeout: i64) -> Result<()> {
+        let Some(id) = self.resolve_container_id(id)? else {
+            return Ok(());
+        };
+        let _lock = self.locks.lock(&id).await;
+        self.stop_container_by_id(&id, timeout).await
+    }
+
+    pub(crate) async fn stop_container_by_id(
+        self: &Arc<Self>,
+        id: &str,
+        timeout: i64,
+    ) -> Result<()> {
+        let Some(c) = self.containers.get(id) else {
+            return Ok(());
+        };
+        if c.state != ContainerState::Running {
+            return Ok(());
+        }
+        let shim = match self.shims.get(&c.sandbox_id).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.settle_lost(&c.sandbox_id, id, &e.to_string());
+                return Ok(());
+            }
+        };
+        if timeout > 0 {
+            shim.kill(id, c.stop_signal, false).await?;
+            if let Ok(exit) = shim
+                .wait(id, Some(Duration::from_secs(timeout as u64)))
+                .await
+            {
+                self.record_exit(id, &exit);
+                return Ok(());
+            }
+        }
+        shim.kill(id, libc::SIGKILL, true).await?;
+        let exit = shim.wait(id, Some(Duration::from_secs(10))).await?;
+        self.record_exit(id, &exit);
+        Ok(())
+    }
+
+    /// `RemoveContainer`: kills it if it runs, then removes everything it had. Idempotent.
+    pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(id) = self.resolve_container_id(id)? else {
+            return Ok(());
+        };
+        let _lock = self.locks.lock(&id).await;
+        self.remove_container_by_id(&id).await
+    }
+
+    pub(crate) async fn remove_container_by_id(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(c) = self.containers.get(id) else {
+            return Ok(());
+        };
+        self.stop_container_by_id(id, 0).await?;
+        if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
+            match shim.delete(id, true).await {
+                Ok(()) => {}
+                Err(e)
+                    if e.shim_error()
+                        .is_some_and(|s| s.kind == crius_api::shim::ErrorKind::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let paths = ContainerPaths::new(&self.config.root, &self.config.state, id);
+        mounts::unmount(&paths.rootfs)?;
+        for dir in [&paths.bundle, &paths.layer] {
+            match std::fs::remove_dir_all(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::internal(format!("remove {}", dir.display()), e)),
+            }
+        }
+        self.images.release(id).await?;
+        self.store.release_name(&c.name, id)?;
+        self.containers.remove(&self.store, id)?;
+        Ok(())
+    }
+
+    /// `ExecSync`: runs `cmd` in a running container and returns its output and status.
+    pub async fn exec_sync(
+        self: &Arc<Self>,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_secs: i64,
+    ) -> Result<crius_api::shim::ExecOutcome> {
+        if cmd.is_empty() {
+            return Err(Error::InvalidArgument("cmd is required".into()));
+        }
+        let c = self.container(id)?;
+        if c.state != ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {} is not running",
+                c.id
+            )));
+        }
+        let spec = self.container_spec(&c.id)?;
+        let process = crate::spec::exec_process(&spec, &cmd, false)?;
+        let shim = self.shims.get(&c.sandbox_id).await?;
+        let outcome = shim
+            .exec_sync(crius_api::shim::ExecSync {
+                id: c.id.clone(),
+                process: serde_json::to_value(&process)
+                    .map_err(|e| Error::internal("encode exec process", e))?,
+                timeout_ms: u64::try_from(timeout_secs)
+                    .unwrap_or(0)
+                    .saturating_mul(1000),
+                output_limit: 0,
+            })
+            .await?;
+        if outcome.timed_out {
+            return Err(Error::DeadlineExceeded(format!(
+                "command {cmd:?} in container {} timed out after {timeout_secs}s",
+                c.id
+            )));
+        }
+        Ok(outcome)
+    }
+
+    /// `ReopenContainerLog`: only for a running container.
+    pub async fn reopen_log(self: &Arc<Self>, id: &str) -> Result<()> {
+        let c = self.container(id)?;
+        if c.state != ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {} is not running",
+                c.id
+            )));
+        }
+        let shim = self.shims.get(&c.sandbox_id).await?;
+        shim.reopen_log(&c.id).await?;
+        Ok(())
+    }
+
+    /// The OCI spec a container was created with.
+    pub fn container_spec(&self, id: &str) -> Result<oci_spec::runtime::Spec> {
+        let path = ContainerPaths::new(&self.config.root, &self.config.state, id)
+            .bundle
+            .join("config.json");
+        let data = std::fs::read(&path)
+            .map_err(|e| Error::internal(format!("read {}", path.display()), e))?;
+        serde_json::from_slice(&data)
+            .map_err(|e| Error::internal(format!("parse {}", path.display()), e))
+    }
+
+    /// The full id of a container from an id or a unique prefix of one.
+    pub fn resolve_container_id(&self, id: &str) -> Result<Option<String>> {
+        if id.is_empty() {
+            return Err(Error::InvalidArgument("container_id is required".into()));
+        }
+        if self.containers.get(id).is_some() {
+            return Ok(Some(id.to_string()));
+        }
+        let matches = self.containers.ids_with_prefix(id);
+        match matches.len() {
+            0 => Ok(None),
+            1 => Ok(matches.into_iter().next()),
+            n => Err(Error::InvalidArgument(format!(
+                "container_id {id:?} is ambiguous: {n} containers match"
+            ))),
+        }
+    }
+
+    /// The record of a container that must exist.
+    pub fn container(&self, id: &str) -> Result<ContainerRecord> {
+        self.resolve_container_id(id)?
+            .and_then(|id| self.containers.get(&id))
+            .ok_or_else(|| Error::NotFound(format!("container {id:?} not found")))
+    }
+
+    /// The containers of a pod.
+    pub fn containers_of(&self, pod_id: &str) -> Vec<ContainerRecord> {
+        self.containers
+            .all()
+            .into_iter()
+            .filter(|c| c.sandbox_id == pod_id)
+            .collect()
+    }
+
+    /// At start: cleans up interrupted creates and follows running containers again, finding
+    /// out how those that ended while crius was away ended.
+    pub async fn recover_containers(self: &Arc<Self>) {
+        for c in self.containers.all() {
+            match c.state {
+                ContainerState::Creating => {
+                    tracing::info!(container = %c.id, "removing a container whose create was interrupted");
+                    if let Err(e) = self.remove_container_by_id(&c.id).await {
+                        tracing::error!(container = %c.id, "clean up interrupted container: {e}");
+                    }
+                }
+                ContainerState::Running => self.watch_exit(c.sandbox_id.clone(), c.id.clone()),
+                ContainerState::Created => {
+                    // Still created in its shim unless the shim is gone.
+                    if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
+                        if let Ok(info) = shim.state(&c.id).await {
+                            if info.status == ShimStatus::Stopped {
+                                if let Some(exit) = info.exit {
+                                    self.record_exit(&c.id, &exit);
+                                }
+                            }
+                        }
+                    } else {
+                        self.settle_lost(&c.sandbox_id, &c.id, "shim not reachable at start");
+                    }
+                }
+                ContainerState::Exited => {}
+            }
+        }
+    }
+}

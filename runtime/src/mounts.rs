@@ -1,0 +1,199 @@
+//! The mounts the daemon makes for pods and containers: a container's overlay rootfs and a
+//! pod's `/dev/shm` tmpfs. Every mount here has its unmount beside it; both are idempotent.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("mount {what} on {target}")]
+    Mount {
+        what: &'static str,
+        target: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("unmount {target}")]
+    Unmount {
+        target: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("create {path}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+fn mount(
+    source: &str,
+    target: &Path,
+    fstype: &str,
+    flags: libc::c_ulong,
+    data: &str,
+) -> io::Result<()> {
+    let src = CString::new(source).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let tgt = cstr(target)?;
+    let fs = CString::new(fstype).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let dat = CString::new(data).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: all pointers are valid NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            tgt.as_ptr(),
+            fs.as_ptr(),
+            flags,
+            dat.as_ptr().cast(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether `path` is a mount point (its device differs from its parent's, or it is listed in
+/// mountinfo — a bind of the same filesystem keeps the device).
+pub fn is_mountpoint(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = path.as_os_str().as_bytes();
+    info.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .is_some_and(|m| unescape(m).as_slice() == want)
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            let oct = std::str::from_utf8(&b[i + 1..i + 4]).ok();
+            if let Some(v) = oct.and_then(|o| u8::from_str_radix(o, 8).ok()) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Unmounts `target` if it is mounted (lazily, so a busy mount does not fail a removal).
+pub fn unmount(target: &Path) -> Result<(), MountError> {
+    let tgt = cstr(target).map_err(|source| MountError::Unmount {
+        target: target.to_path_buf(),
+        source,
+    })?;
+    loop {
+        // SAFETY: tgt is a valid NUL-terminated path.
+        let rc = unsafe { libc::umount2(tgt.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) };
+        if rc == 0 {
+            // Stacked mounts on one target: take them all off.
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        return match err.raw_os_error() {
+            // Not mounted, or not there at all: nothing to undo.
+            Some(libc::EINVAL) | Some(libc::ENOENT) => Ok(()),
+            _ => Err(MountError::Unmount {
+                target: target.to_path_buf(),
+                source: err,
+            }),
+        };
+    }
+}
+
+fn mkdir(path: &Path) -> Result<(), MountError> {
+    std::fs::create_dir_all(path).map_err(|source| MountError::Create {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Mounts an overlay of `lowerdirs` (top first) with `upper` and `work` on `target`.
+/// Without lowerdirs (an image with no layers) the rootfs is a bind of `upper`.
+pub fn mount_overlay(
+    lowerdirs: &[PathBuf],
+    upper: &Path,
+    work: &Path,
+    target: &Path,
+) -> Result<(), MountError> {
+    mkdir(upper)?;
+    mkdir(work)?;
+    mkdir(target)?;
+    let err = |source| MountError::Mount {
+        what: "overlay",
+        target: target.to_path_buf(),
+        source,
+    };
+    if lowerdirs.is_empty() {
+        return mount(&upper.to_string_lossy(), target, "", libc::MS_BIND, "").map_err(err);
+    }
+    let lower: Vec<String> = lowerdirs
+        .iter()
+        .map(|d| d.to_string_lossy().into_owned())
+        .collect();
+    let data = format!(
+        "lowerdir={},upperdir={},workdir={},index=off",
+        lower.join(":"),
+        upper.display(),
+        work.display()
+    );
+    mount("overlay", target, "overlay", 0, &data).map_err(err)
+}
+
+/// Mounts a tmpfs of `size_bytes` with mode 1777 on `target` (a pod's /dev/shm).
+pub fn mount_shm(target: &Path, size_bytes: u64) -> Result<(), MountError> {
+    mkdir(target)?;
+    let data = format!("mode=1777,size={size_bytes}");
+    mount(
+        "shm",
+        target,
+        "tmpfs",
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        &data,
+    )
+    .map_err(|source| MountError::Mount {
+        what: "tmpfs",
+        target: target.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape("/a\\040b"), b"/a b");
+        assert_eq!(unescape("/plain"), b"/plain");
+        assert_eq!(unescape("/x\\134y"), b"/x\\y");
+    }
+
+    #[test]
+    fn root_is_a_mountpoint_and_unmount_of_a_plain_dir_is_ok() {
+        assert!(is_mountpoint(Path::new("/")));
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!is_mountpoint(dir.path()));
+        unmount(dir.path()).unwrap();
+        unmount(&dir.path().join("missing")).unwrap();
+    }
+}

@@ -1,0 +1,499 @@
+//! Pod sandboxes: their records and their lifecycle.
+//!
+//! A pod is: a record (written before any side effect), a directory of shared files
+//! (`<state>/pods/<id>`: hostname, hosts, resolv.conf, the `/dev/shm` tmpfs, the pause bundle),
+//! a pinned network namespace (`<state>/netns/<id>`) attached through CNI, a shim
+//! (`<state>/shims/<id>`) and the pause process it runs. Every path derives from the id, so one
+//! idempotent teardown undoes a failed `RunPodSandbox`, serves `Stop`/`RemovePodSandbox`, and
+//! cleans up after a crius killed mid-way.
+
+pub mod files;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crius_api::v1::{NamespaceMode, PodSandboxConfig};
+use prost::Message as _;
+use serde::{Deserialize, Serialize};
+
+use crate::cgroups;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use crate::mounts;
+use crate::util::{new_id, now_nanos};
+
+/// Where a pod is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SandboxState {
+    /// `RunPodSandbox` is under way (or crius died during it: cleaned up at start).
+    Creating,
+    Ready,
+    NotReady,
+}
+
+/// What crius keeps of a pod.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    /// The reserved name `<name>_<namespace>_<uid>_<attempt>`.
+    pub name: String,
+    /// The `PodSandboxConfig`, protobuf-encoded.
+    #[serde(with = "crate::records::b64")]
+    pub config: Vec<u8>,
+    pub runtime_handler: String,
+    pub state: SandboxState,
+    pub created_at: i64,
+    pub host_network: bool,
+    /// The pinned netns, for pods on their own network.
+    pub netns: Option<PathBuf>,
+    /// Pod IPs, IPv4 first.
+    pub ips: Vec<String>,
+    /// The pause process, once started.
+    pub pause_pid: Option<u32>,
+    /// The pod cgroup (cgroupfs path).
+    pub cgroup: String,
+    pub hostname: String,
+    /// Set when tearing down the network failed: Stop and Remove try again.
+    #[serde(default)]
+    pub network_error: Option<String>,
+}
+
+impl SandboxRecord {
+    pub fn config(&self) -> PodSandboxConfig {
+        // The bytes were encoded by us from a decoded message; a failure means a corrupt
+        // database, and an empty config is the least harmful reading of it.
+        PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
+    }
+}
+
+/// The namespace modes a pod asked for.
+pub fn namespace_modes(config: &PodSandboxConfig) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
+    let opts = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref());
+    let mode = |v: Option<i32>| {
+        v.and_then(|v| NamespaceMode::try_from(v).ok())
+            .unwrap_or(NamespaceMode::Pod)
+    };
+    (
+        mode(opts.map(|o| o.network)),
+        mode(opts.map(|o| o.pid)),
+        mode(opts.map(|o| o.ipc)),
+    )
+}
+
+/// Paths of a pod, all derived from its id.
+pub struct PodPaths {
+    pub dir: PathBuf,
+    pub shm: PathBuf,
+    pub pause_bundle: PathBuf,
+    pub netns_dir: PathBuf,
+}
+
+impl PodPaths {
+    pub fn new(state: &Path, id: &str) -> PodPaths {
+        let dir = state.join("pods").join(id);
+        PodPaths {
+            shm: dir.join("shm"),
+            pause_bundle: dir.join("pause"),
+            dir,
+            netns_dir: state.join("netns"),
+        }
+    }
+}
+
+fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
+    let Some(m) = config.metadata.as_ref() else {
+        return Err(Error::InvalidArgument("config.metadata is required".into()));
+    };
+    for (field, value) in [
+        ("config.metadata.name", &m.name),
+        ("config.metadata.namespace", &m.namespace),
+        ("config.metadata.uid", &m.uid),
+    ] {
+        if value.is_empty() {
+            return Err(Error::InvalidArgument(format!("{field} is required")));
+        }
+        if value.contains(['/', '\0']) {
+            return Err(Error::InvalidArgument(format!(
+                "{field}: invalid value {value:?}"
+            )));
+        }
+    }
+    if !runtime_handler.is_empty() && runtime_handler != "crius" && runtime_handler != "runc" {
+        return Err(Error::InvalidArgument(format!(
+            "runtime_handler {runtime_handler:?} is not configured (known: \"\", \"crius\")"
+        )));
+    }
+    if let Some(dns) = &config.dns_config {
+        files::validate_dns(dns)?;
+    }
+    for (i, p) in config.port_mappings.iter().enumerate() {
+        let ok = |v: i32| (0..=65535).contains(&v);
+        if !ok(p.host_port) || !ok(p.container_port) {
+            return Err(Error::InvalidArgument(format!(
+                "port_mappings[{i}]: port out of range (container {}, host {})",
+                p.container_port, p.host_port
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Daemon {
+    /// `RunPodSandbox`: returns the new pod's id once its pause process runs.
+    pub async fn run_pod(
+        self: &Arc<Self>,
+        config: PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String> {
+        validate(&config, &runtime_handler)?;
+        let meta = config.metadata.clone().unwrap_or_default();
+        let name = format!(
+            "{}_{}_{}_{}",
+            meta.name, meta.namespace, meta.uid, meta.attempt
+        );
+        let id = new_id();
+        if let Some(holder) = self.store.reserve_name(&name, &id)? {
+            return Err(Error::AlreadyExists(format!(
+                "pod sandbox name {name:?} is reserved for {holder}"
+            )));
+        }
+        let _lock = self.locks.lock(&id).await;
+        let (net_mode, _, ipc_mode) = namespace_modes(&config);
+        let host_network = net_mode == NamespaceMode::Node;
+        let hostname = match (config.hostname.is_empty(), host_network) {
+            (false, _) => config.hostname.clone(),
+            (true, true) => files::node_hostname(),
+            (true, false) => meta.name.clone(),
+        };
+        let cgroup_parent = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.as_str())
+            .unwrap_or("");
+        let record = SandboxRecord {
+            id: id.clone(),
+            name: name.clone(),
+            config: config.encode_to_vec(),
+            runtime_handler,
+            state: SandboxState::Creating,
+            created_at: now_nanos(),
+            host_network,
+            netns: None,
+            ips: Vec::new(),
+            pause_pid: None,
+            cgroup: cgroups::pod_cgroup(cgroup_parent, &id),
+            hostname,
+            network_error: None,
+        };
+        if let Err(e) = self.sandboxes.put(&self.store, &id, record.clone()) {
+            let _ = self.store.release_name(&name, &id);
+            return Err(e);
+        }
+        match self.setup_pod(record, &config, ipc_mode).await {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                tracing::warn!(pod = %id, "run pod failed, undoing: {e}");
+                if let Err(undo) = self.teardown_pod(&id, true).await {
+                    tracing::error!(pod = %id, "undo of a failed pod start: {undo}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn setup_pod(
+        self: &Arc<Self>,
+        mut record: SandboxRecord,
+        config: &PodSandboxConfig,
+        ipc_mode: NamespaceMode,
+    ) -> Result<()> {
+        let id = record.id.clone();
+        let paths = PodPaths::new(&self.config.state, &id);
+        std::fs::create_dir_all(&paths.dir)
+            .map_err(|e| Error::internal(format!("create {}", paths.dir.display()), e))?;
+        files::write(
+            &paths.dir,
+            &record.hostname,
+            config.dns_config.as_ref(),
+            record.host_network,
+        )?;
+        let shm = if ipc_mode == NamespaceMode::Node {
+            None
+        } else {
+            mounts::mount_shm(&paths.shm, self.config.runtime.shm_size)?;
+            Some(paths.shm.clone())
+        };
+
+        if !record.host_network {
+            let dir = paths.netns_dir.clone();
+            let nid = id.clone();
+            let netns = tokio::task::spawn_blocking(move || crius_cni::netns::create(&dir, &nid))
+                .await
+                .map_err(|e| Error::internal("create netns", e))??;
+            record.netns = Some(netns.clone());
+            self.sandboxes.put(&self.store, &id, record.clone())?;
+            let result = self
+                .network
+                .setup(&pod_network(&record, config, &netns)?)
+                .await?;
+            let mut ips: Vec<std::net::IpAddr> = result.pod_ips();
+            ips.sort_by_key(|ip| ip.is_ipv6());
+            record.ips = ips.iter().map(|ip| ip.to_string()).collect();
+            self.sandboxes.put(&self.store, &id, record.clone())?;
+        }
+
+        let shim = self.shims.start(&id).await?;
+        let rootfs = paths.pause_bundle.join("rootfs");
+        std::fs::create_dir_all(&rootfs)
+            .map_err(|e| Error::internal(format!("create {}", rootfs.display()), e))?;
+        let etc = |name: &str| paths.dir.join(name);
+        let (hosts, resolv, hostname_file) = (etc("hosts"), etc("resolv.conf"), etc("hostname"));
+        let spec = crate::spec::sandbox_spec(&crate::spec::SandboxSpecInput {
+            sandbox_id: &id,
+            config,
+            rootfs: &rootfs,
+            pause_binary: &self.pause_binary,
+            netns_path: record.netns.as_deref(),
+            cgroups_path: &cgroups::container_cgroup(&record.cgroup, &id),
+            hostname: &record.hostname,
+            resolv_conf: Some(&resolv),
+            hosts: Some(&hosts),
+            hostname_file: Some(&hostname_file),
+            shm_dir: shm.as_deref(),
+        })?;
+        write_spec(&paths.pause_bundle, &spec)?;
+        shim.create_container(crius_api::shim::CreateContainer {
+            id: id.clone(),
+            bundle: paths.pause_bundle.clone(),
+            stdin: false,
+            stdin_once: false,
+            tty: false,
+            log_path: None,
+        })
+        .await?;
+        let pid = shim.start(&id).await?;
+        record.pause_pid = u32::try_from(pid).ok();
+        record.state = SandboxState::Ready;
+        self.sandboxes.put(&self.store, &id, record)?;
+        Ok(())
+    }
+
+    /// `StopPodSandbox`: stops the pod's containers and its pause process, releases its
+    /// network. Idempotent; an unknown id is success.
+    pub async fn stop_pod(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(id) = self.resolve_pod_id(id)? else {
+            return Ok(());
+        };
+        let _lock = self.locks.lock(&id).await;
+        self.stop_pod_locked(&id).await
+    }
+
+    async fn stop_pod_locked(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(record) = self.sandboxes.get(id) else {
+            return Ok(());
+        };
+        for c in self.containers_of(id) {
+            self.stop_container_by_id(&c.id, 0).await?;
+        }
+        if let Ok(shim) = self.shims.get(id).await {
+            if record.pause_pid.is_some() {
+                let _ = shim.kill(id, libc::SIGKILL, true).await;
+                let _ = shim.wait(id, Some(Duration::from_secs(5))).await;
+            }
+        }
+        self.release_network(&record).await?;
+        mounts::unmount(&PodPaths::new(&self.config.state, id).shm)?;
+        self.sandboxes.update(&self.store, id, |r| {
+            if r.state != SandboxState::Creating {
+                r.state = SandboxState::NotReady;
+            }
+        })?;
+        Ok(())
+    }
+
+    /// CNI DEL and netns removal; a failure is kept on the record and retried next time.
+    async fn release_network(&self, record: &SandboxRecord) -> Result<()> {
+        let Some(netns) = &record.netns else {
+            return Ok(());
+        };
+        if let Err(e) = self.network.teardown(&record.id).await {
+            let msg = crate::error::chain(&e);
+            self.sandboxes.update(&self.store, &record.id, |r| {
+                r.network_error = Some(msg.clone())
+            })?;
+            return Err(Error::internal(
+                format!("release the network of pod {}", record.id),
+                e,
+            ));
+        }
+        crius_cni::netns::remove(netns)?;
+        self.sandboxes.update(&self.store, &record.id, |r| {
+            r.network_error = None;
+            r.netns = None;
+            r.ips.clear();
+        })?;
+        Ok(())
+    }
+
+    /// `RemovePodSandbox`: stops and removes the pod and all its containers. Idempotent.
+    pub async fn remove_pod(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(id) = self.resolve_pod_id(id)? else {
+            return Ok(());
+        };
+        let _lock = self.locks.lock(&id).await;
+        self.teardown_pod(&id, false).await
+    }
+
+    /// Undoes everything a pod has, whatever state it reached; the record goes last. With
+    /// `force`, a network that cannot be released does not keep the rest.
+    async fn teardown_pod(self: &Arc<Self>, id: &str, force: bool) -> Result<()> {
+        let Some(record) = self.sandboxes.get(id) else {
+            return Ok(());
+        };
+        if let Err(e) = self.stop_pod_locked(id).await {
+            if !force {
+                return Err(e);
+            }
+            tracing::warn!(pod = id, "stop during teardown: {e}");
+        }
+        for c in self.containers_of(id) {
+            self.remove_container_by_id(&c.id).await?;
+        }
+        if let Ok(shim) = self.shims.get(id).await {
+            let _ = shim.delete(id, true).await;
+        }
+        self.shims.shutdown(id).await?;
+        let paths = PodPaths::new(&self.config.state, id);
+        mounts::unmount(&paths.shm)?;
+        match std::fs::remove_dir_all(&paths.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Error::internal(
+                    format!("remove {}", paths.dir.display()),
+                    e,
+                ))
+            }
+        }
+        if cgroups::owned_by_crius(&record.cgroup) {
+            if let Err(e) = cgroups::remove(&record.cgroup) {
+                tracing::warn!(pod = id, "remove pod cgroup: {e}");
+            }
+            cgroups::remove_parent_if_empty();
+        }
+        self.store.release_name(&record.name, id)?;
+        self.sandboxes.remove(&self.store, id)?;
+        Ok(())
+    }
+
+    /// The full id of a pod from an id or a unique prefix of one; `None` when none matches.
+    pub fn resolve_pod_id(&self, id: &str) -> Result<Option<String>> {
+        if id.is_empty() {
+            return Err(Error::InvalidArgument("pod_sandbox_id is required".into()));
+        }
+        if self.sandboxes.get(id).is_some() {
+            return Ok(Some(id.to_string()));
+        }
+        let matches = self.sandboxes.ids_with_prefix(id);
+        match matches.len() {
+            0 => Ok(None),
+            1 => Ok(matches.into_iter().next()),
+            n => Err(Error::InvalidArgument(format!(
+                "pod_sandbox_id {id:?} is ambiguous: {n} pods match"
+            ))),
+        }
+    }
+
+    /// The record of a pod that must exist.
+    pub fn pod(&self, id: &str) -> Result<SandboxRecord> {
+        self.resolve_pod_id(id)?
+            .and_then(|id| self.sandboxes.get(&id))
+            .ok_or_else(|| Error::NotFound(format!("pod sandbox {id:?} not found")))
+    }
+
+    /// At start: finishes what a killed crius left half-done.
+    pub async fn recover_pods(self: &Arc<Self>) {
+        for record in self.sandboxes.all() {
+            if record.state == SandboxState::Creating {
+                tracing::info!(pod = %record.id, "removing a pod whose start was interrupted");
+                let _lock = self.locks.lock(&record.id).await;
+                if let Err(e) = self.teardown_pod(&record.id, true).await {
+                    tracing::error!(pod = %record.id, "clean up interrupted pod: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// What CNI needs to know of a pod.
+fn pod_network(
+    record: &SandboxRecord,
+    config: &PodSandboxConfig,
+    netns: &Path,
+) -> Result<crius_cni::PodNetwork> {
+    let meta = config.metadata.clone().unwrap_or_default();
+    let annotations: BTreeMap<String, String> = config
+        .annotations
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let bandwidth = crius_cni::Bandwidth::from_annotations(&annotations)
+        .map_err(|e| Error::InvalidArgument(crate::error::chain(&e)))?;
+    let port_mappings = config
+        .port_mappings
+        .iter()
+        .map(|p| crius_cni::PortMapping {
+            host_port: p.host_port as u16,
+            container_port: p.container_port as u16,
+            protocol: match crius_api::v1::Protocol::try_from(p.protocol) {
+                Ok(crius_api::v1::Protocol::Udp) => "udp",
+                Ok(crius_api::v1::Protocol::Sctp) => "sctp",
+                _ => "tcp",
+            }
+            .to_string(),
+            host_ip: p.host_ip.clone(),
+        })
+        .collect();
+    Ok(crius_cni::PodNetwork {
+        id: record.id.clone(),
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        netns_path: netns.to_path_buf(),
+        port_mappings,
+        bandwidth,
+        dns: config.dns_config.as_ref().map(|d| crius_cni::DnsConfig {
+            servers: d.servers.clone(),
+            searches: d.searches.clone(),
+            options: d.options.clone(),
+        }),
+        annotations,
+        cgroup_path: Some(record.cgroup.clone()),
+    })
+}
+
+/// Writes `config.json` into a bundle directory, with `oom_score_adj` clamped to what this
+/// node allows (see [`crate::util::min_oom_score_adj`]).
+pub fn write_spec(bundle: &Path, spec: &oci_spec::runtime::Spec) -> Result<()> {
+    let mut spec = spec.clone();
+    if let Some(process) = spec.process_mut() {
+        if let Some(adj) = process.oom_score_adj() {
+            let min = crate::util::min_oom_score_adj();
+            if adj < min {
+                process.set_oom_score_adj(Some(min));
+            }
+        }
+    }
+    let spec = &spec;
+    std::fs::create_dir_all(bundle)
+        .map_err(|e| Error::internal(format!("create {}", bundle.display()), e))?;
+    let json = serde_json::to_vec(spec).map_err(|e| Error::internal("encode OCI spec", e))?;
+    crate::util::write_atomic(&bundle.join("config.json"), &json)
+        .map_err(|e| Error::internal(format!("write {}/config.json", bundle.display()), e))
+}

@@ -1,0 +1,207 @@
+//! Container RPCs: `CreateContainer`, `StartContainer`, `StopContainer`, `RemoveContainer`,
+//! `ContainerStatus`, `ListContainers`, `StreamContainers`, `ExecSync`, `ReopenContainerLog`.
+//! Thin: the lifecycle is in `crate::container`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crius_api::v1::*;
+
+use super::BoxStream;
+use crate::container::{ContainerRecord, ContainerState as State};
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+
+pub async fn create(
+    d: &Arc<Daemon>,
+    req: CreateContainerRequest,
+) -> Result<CreateContainerResponse> {
+    let config = req
+        .config
+        .ok_or_else(|| Error::InvalidArgument("config is required".into()))?;
+    let id = d.create_container(&req.pod_sandbox_id, config).await?;
+    Ok(CreateContainerResponse { container_id: id })
+}
+
+pub async fn start(d: &Arc<Daemon>, req: StartContainerRequest) -> Result<StartContainerResponse> {
+    d.start_container(&req.container_id).await?;
+    Ok(StartContainerResponse {})
+}
+
+pub async fn stop(d: &Arc<Daemon>, req: StopContainerRequest) -> Result<StopContainerResponse> {
+    if req.timeout < 0 {
+        return Err(Error::InvalidArgument(format!(
+            "timeout {} must not be negative",
+            req.timeout
+        )));
+    }
+    d.stop_container(&req.container_id, req.timeout).await?;
+    Ok(StopContainerResponse {})
+}
+
+pub async fn remove(
+    d: &Arc<Daemon>,
+    req: RemoveContainerRequest,
+) -> Result<RemoveContainerResponse> {
+    d.remove_container(&req.container_id).await?;
+    Ok(RemoveContainerResponse {})
+}
+
+fn cri_state(s: State) -> ContainerState {
+    match s {
+        State::Creating | State::Created => ContainerState::ContainerCreated,
+        State::Running => ContainerState::ContainerRunning,
+        State::Exited => ContainerState::ContainerExited,
+    }
+}
+
+fn image_spec(r: &ContainerRecord, config: &ContainerConfig) -> ImageSpec {
+    ImageSpec {
+        image: r.image_name.clone(),
+        annotations: config
+            .image
+            .as_ref()
+            .map(|i| i.annotations.clone())
+            .unwrap_or_default(),
+        user_specified_image: config
+            .image
+            .as_ref()
+            .map(|i| i.user_specified_image.clone())
+            .unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+pub async fn status(
+    d: &Arc<Daemon>,
+    req: ContainerStatusRequest,
+) -> Result<ContainerStatusResponse> {
+    let r = d.container(&req.container_id)?;
+    let config = r.config();
+    let status = ContainerStatus {
+        id: r.id.clone(),
+        metadata: config.metadata.clone(),
+        state: cri_state(r.state) as i32,
+        created_at: r.created_at,
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+        exit_code: r.exit_code,
+        image: Some(image_spec(&r, &config)),
+        image_ref: r.image_ref.clone(),
+        reason: r.reason.clone(),
+        message: r.message.clone(),
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        mounts: config.mounts.clone(),
+        log_path: r
+            .log_path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        resources: r.resources().map(|linux| ContainerResources {
+            linux: Some(linux),
+            windows: None,
+        }),
+        image_id: r.image_id.clone(),
+        ..Default::default()
+    };
+    let mut info = HashMap::new();
+    if req.verbose {
+        let spec = d.container_spec(&r.id).ok();
+        info.insert(
+            "info".to_string(),
+            serde_json::json!({
+                "sandboxID": r.sandbox_id,
+                "pid": r.pid,
+                "name": r.name,
+                "runtimeSpec": spec,
+            })
+            .to_string(),
+        );
+    }
+    Ok(ContainerStatusResponse {
+        status: Some(status),
+        info,
+    })
+}
+
+fn matches(d: &Daemon, r: &ContainerRecord, config: &ContainerConfig, f: &ContainerFilter) -> bool {
+    (f.id.is_empty() || r.id.starts_with(&f.id))
+        && (f.pod_sandbox_id.is_empty()
+            || r.sandbox_id.starts_with(&f.pod_sandbox_id)
+            || d.resolve_pod_id(&f.pod_sandbox_id)
+                .ok()
+                .flatten()
+                .as_deref()
+                == Some(&r.sandbox_id))
+        && f.state
+            .as_ref()
+            .is_none_or(|s| s.state == cri_state(r.state) as i32)
+        && f.label_selector
+            .iter()
+            .all(|(k, v)| config.labels.get(k) == Some(v))
+}
+
+fn list_items(d: &Daemon, filter: Option<ContainerFilter>) -> Vec<Container> {
+    let filter = filter.unwrap_or_default();
+    let mut items: Vec<Container> = d
+        .containers
+        .all()
+        .into_iter()
+        .filter_map(|r| {
+            let config = r.config();
+            matches(d, &r, &config, &filter).then(|| Container {
+                id: r.id.clone(),
+                pod_sandbox_id: r.sandbox_id.clone(),
+                metadata: config.metadata.clone(),
+                image: Some(image_spec(&r, &config)),
+                image_ref: r.image_ref.clone(),
+                state: cri_state(r.state) as i32,
+                created_at: r.created_at,
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
+                image_id: r.image_id.clone(),
+            })
+        })
+        .collect();
+    items.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+    items
+}
+
+pub async fn list(d: &Arc<Daemon>, req: ListContainersRequest) -> Result<ListContainersResponse> {
+    Ok(ListContainersResponse {
+        containers: list_items(d, req.filter),
+    })
+}
+
+pub async fn stream(
+    d: &Arc<Daemon>,
+    req: StreamContainersRequest,
+) -> Result<BoxStream<StreamContainersResponse>> {
+    Ok(super::one_message(StreamContainersResponse {
+        containers: list_items(d, req.filter),
+    }))
+}
+
+pub async fn exec_sync(d: &Arc<Daemon>, req: ExecSyncRequest) -> Result<ExecSyncResponse> {
+    if req.timeout < 0 {
+        return Err(Error::InvalidArgument(format!(
+            "timeout {} must not be negative",
+            req.timeout
+        )));
+    }
+    let out = d.exec_sync(&req.container_id, req.cmd, req.timeout).await?;
+    Ok(ExecSyncResponse {
+        stdout: out.stdout,
+        stderr: out.stderr,
+        exit_code: out.exit_code,
+    })
+}
+
+pub async fn reopen_log(
+    d: &Arc<Daemon>,
+    req: ReopenContainerLogRequest,
+) -> Result<ReopenContainerLogResponse> {
+    d.reopen_log(&req.container_id).await?;
+    Ok(ReopenContainerLogResponse {})
+}

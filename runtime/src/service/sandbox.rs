@@ -1,0 +1,154 @@
+//! Pod sandbox RPCs: `RunPodSandbox`, `StopPodSandbox`, `RemovePodSandbox`,
+//! `PodSandboxStatus`, `ListPodSandbox`, `StreamPodSandboxes`. Thin: the lifecycle is in
+//! `crate::pod`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crius_api::v1::*;
+
+use super::BoxStream;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use crate::pod::{namespace_modes, SandboxRecord, SandboxState};
+use crate::util::now_nanos;
+
+pub async fn run(d: &Arc<Daemon>, req: RunPodSandboxRequest) -> Result<RunPodSandboxResponse> {
+    let config = req
+        .config
+        .ok_or_else(|| Error::InvalidArgument("config is required".into()))?;
+    let id = d.run_pod(config, req.runtime_handler).await?;
+    Ok(RunPodSandboxResponse { pod_sandbox_id: id })
+}
+
+pub async fn stop(d: &Arc<Daemon>, req: StopPodSandboxRequest) -> Result<StopPodSandboxResponse> {
+    d.stop_pod(&req.pod_sandbox_id).await?;
+    Ok(StopPodSandboxResponse {})
+}
+
+pub async fn remove(
+    d: &Arc<Daemon>,
+    req: RemovePodSandboxRequest,
+) -> Result<RemovePodSandboxResponse> {
+    d.remove_pod(&req.pod_sandbox_id).await?;
+    Ok(RemovePodSandboxResponse {})
+}
+
+fn cri_state(s: SandboxState) -> PodSandboxState {
+    match s {
+        SandboxState::Ready => PodSandboxState::SandboxReady,
+        SandboxState::Creating | SandboxState::NotReady => PodSandboxState::SandboxNotready,
+    }
+}
+
+fn sorted_map(m: &HashMap<String, String>) -> HashMap<String, String> {
+    m.clone()
+}
+
+pub async fn status(
+    d: &Arc<Daemon>,
+    req: PodSandboxStatusRequest,
+) -> Result<PodSandboxStatusResponse> {
+    let r = d.pod(&req.pod_sandbox_id)?;
+    let config = r.config();
+    let (network, pid, ipc) = namespace_modes(&config);
+    let mut ips = r.ips.iter();
+    let status = PodSandboxStatus {
+        id: r.id.clone(),
+        metadata: config.metadata.clone(),
+        state: cri_state(r.state) as i32,
+        created_at: r.created_at,
+        network: Some(PodSandboxNetworkStatus {
+            ip: ips.next().cloned().unwrap_or_default(),
+            additional_ips: ips.map(|ip| PodIp { ip: ip.clone() }).collect(),
+        }),
+        linux: Some(LinuxPodSandboxStatus {
+            namespaces: Some(Namespace {
+                options: Some(NamespaceOption {
+                    network: network as i32,
+                    pid: pid as i32,
+                    ipc: ipc as i32,
+                    ..Default::default()
+                }),
+            }),
+        }),
+        labels: sorted_map(&config.labels),
+        annotations: sorted_map(&config.annotations),
+        runtime_handler: r.runtime_handler.clone(),
+    };
+    let mut info = HashMap::new();
+    if req.verbose {
+        info.insert("info".to_string(), verbose_info(&r));
+    }
+    Ok(PodSandboxStatusResponse {
+        status: Some(status),
+        info,
+        containers_statuses: Vec::new(),
+        timestamp: now_nanos(),
+    })
+}
+
+/// The debug view of a pod, as JSON (crictl inspectp prints it).
+fn verbose_info(r: &SandboxRecord) -> String {
+    serde_json::json!({
+        "id": r.id,
+        "name": r.name,
+        "state": format!("{:?}", r.state),
+        "pid": r.pause_pid,
+        "netns": r.netns,
+        "cgroup": r.cgroup,
+        "hostname": r.hostname,
+        "ips": r.ips,
+        "networkError": r.network_error,
+    })
+    .to_string()
+}
+
+fn matches(r: &SandboxRecord, config: &PodSandboxConfig, f: &PodSandboxFilter) -> bool {
+    (f.id.is_empty() || r.id.starts_with(&f.id))
+        && f.state
+            .as_ref()
+            .is_none_or(|s| s.state == cri_state(r.state) as i32)
+        && f.label_selector
+            .iter()
+            .all(|(k, v)| config.labels.get(k) == Some(v))
+}
+
+fn list_items(d: &Daemon, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {
+    let filter = filter.unwrap_or_default();
+    let mut items: Vec<PodSandbox> = d
+        .sandboxes
+        .all()
+        .into_iter()
+        .filter_map(|r| {
+            let config = r.config();
+            matches(&r, &config, &filter).then(|| PodSandbox {
+                id: r.id.clone(),
+                metadata: config.metadata.clone(),
+                state: cri_state(r.state) as i32,
+                created_at: r.created_at,
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
+                runtime_handler: r.runtime_handler.clone(),
+            })
+        })
+        .collect();
+    items.sort_by_key(|p| std::cmp::Reverse(p.created_at));
+    items
+}
+
+pub async fn list(d: &Arc<Daemon>, req: ListPodSandboxRequest) -> Result<ListPodSandboxResponse> {
+    Ok(ListPodSandboxResponse {
+        items: list_items(d, req.filter),
+    })
+}
+
+pub async fn stream(
+    d: &Arc<Daemon>,
+    req: StreamPodSandboxesRequest,
+) -> Result<BoxStream<StreamPodSandboxesResponse>> {
+    let items = list_items(d, req.filter);
+    Ok(super::one_message(StreamPodSandboxesResponse {
+        pod_sandboxes: items,
+    }))
+}

@@ -1,0 +1,162 @@
+//! The daemon's side of the per-pod shims: starting one, finding it again after a restart,
+//! and the clients of their control sockets.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crius_api::shim::{Client, CONTROL_SOCKET};
+use tokio::process::Command;
+
+use crate::error::{Error, Result};
+
+/// How long a shim may take to report ready.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shims of this node, by pod id.
+pub struct Shims {
+    binary: PathBuf,
+    dir: PathBuf,
+    clients: Mutex<HashMap<String, Client>>,
+}
+
+impl Shims {
+    /// `binary` is crius-shim; shim state lives under `<state>/shims/<pod-id>`.
+    pub fn new(binary: PathBuf, state: &Path) -> Shims {
+        Shims {
+            binary,
+            dir: state.join("shims"),
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The state directory of a pod's shim.
+    pub fn state_dir(&self, pod_id: &str) -> PathBuf {
+        self.dir.join(pod_id)
+    }
+
+    /// Writes the static pause binary out of the shim to `dest`.
+    pub async fn install_pause(&self, dest: &Path) -> Result<()> {
+        let out = Command::new(&self.binary)
+            .arg("--install-pause")
+            .arg(dest)
+            .output()
+            .await
+            .map_err(|e| Error::internal(format!("run {}", self.binary.display()), e))?;
+        if !out.status.success() {
+            return Err(Error::Internal {
+                context: format!(
+                    "install the pause binary to {}: {}",
+                    dest.display(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts the shim of `pod_id` and connects to it. The shim detaches: it is not our child
+    /// once the command returns, and outlives crius.
+    pub async fn start(&self, pod_id: &str) -> Result<Client> {
+        let dir = self.state_dir(pod_id);
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--id")
+            .arg(pod_id)
+            .arg("--state-dir")
+            .arg(&dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let run = async {
+            cmd.output()
+                .await
+                .map_err(|e| Error::internal(format!("run {}", self.binary.display()), e))
+        };
+        let out = tokio::time::timeout(START_TIMEOUT, run)
+            .await
+            .map_err(|_| {
+                Error::DeadlineExceeded(format!(
+                    "shim for pod {pod_id} did not report ready in {START_TIMEOUT:?}"
+                ))
+            })??;
+        if !out.status.success() {
+            return Err(Error::Internal {
+                context: format!(
+                    "start shim for pod {pod_id}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+                source: None,
+            });
+        }
+        let client = Client::connect(dir.join(CONTROL_SOCKET)).await?;
+        self.lock().insert(pod_id.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// The client of a pod's running shim, connecting on first use (after a crius restart).
+    pub async fn get(&self, pod_id: &str) -> Result<Client> {
+        if let Some(c) = self.lock().get(pod_id) {
+            return Ok(c.clone());
+        }
+        let client = Client::connect(self.state_dir(pod_id).join(CONTROL_SOCKET)).await?;
+        self.lock().insert(pod_id.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// Forgets a pod's client (its shim was shut down or is gone).
+    pub fn forget(&self, pod_id: &str) {
+        self.lock().remove(pod_id);
+    }
+
+    /// Asks a pod's shim to exit once its containers are gone, waits for it to go, and
+    /// removes its state. A shim that is already gone is fine.
+    pub async fn shutdown(&self, pod_id: &str) -> Result<()> {
+        let dir = self.state_dir(pod_id);
+        if let Ok(client) = self.get(pod_id).await {
+            let pid = client.shim_pid();
+            if let Err(e) = client.shutdown().await {
+                tracing::warn!(pod = pod_id, "shim shutdown: {e}");
+            }
+            wait_gone(pid, Duration::from_secs(5)).await;
+            if pid_alive(pid) {
+                tracing::warn!(pod = pod_id, pid, "shim did not exit; killing it");
+                // SAFETY: kill(2) on the pid the shim itself reported; it is ours.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                wait_gone(pid, Duration::from_secs(2)).await;
+            }
+        }
+        self.forget(pod_id);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::internal(format!("remove {}", dir.display()), e)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Whether a process exists (and is not a zombie we could reap: shims are not our children).
+pub fn pid_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+async fn wait_gone(pid: i32, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while pid_alive(pid) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

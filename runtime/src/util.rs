@@ -1,0 +1,148 @@
+//! Small helpers shared by the lifecycle code: ids, clocks, per-object locks, atomic writes.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A new 64-hex-digit id, as kubelet expects for pods and containers.
+pub fn new_id() -> String {
+    let mut bytes = [0u8; 32];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: getrandom writes at most the given length into the buffer we own.
+        let n = unsafe {
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+        };
+        if n > 0 {
+            filled += n as usize;
+        }
+        // n < 0 is EINTR (the pool is initialised long before crius runs): try again.
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Now, in nanoseconds since the Unix epoch (the unit of every CRI timestamp).
+pub fn now_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Writes `data` to `path` so that a reader sees the old content or the new, never a part:
+/// temp file in the same directory, fsync, rename.
+pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let mut tmp = tempfile_in(dir)?;
+    tmp.1.write_all(data)?;
+    tmp.1.sync_all()?;
+    std::fs::rename(&tmp.0, path)
+}
+
+fn tempfile_in(dir: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+    let path = dir.join(format!(".tmp-{}", new_id()));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    Ok((path, file))
+}
+
+/// The lowest `oom_score_adj` a container may be given here. Lowering it below the creator's
+/// own value needs CAP_SYS_RESOURCE; without it (some VMs and nested containers) the value
+/// is clamped to crius's own instead of failing the create, as containerd does with
+/// `restrict_oom_score_adj`.
+pub fn min_oom_score_adj() -> i32 {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    if cap_eff & (1 << CAP_SYS_RESOURCE) != 0 {
+        return -1000;
+    }
+    std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One async lock per object id, so that calls about one pod or container run in turn while
+/// calls about others go on. Entries are dropped when nobody holds or waits for them.
+#[derive(Default)]
+pub struct Locks {
+    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Held while an operation on one id runs.
+pub struct LockGuard<'a> {
+    locks: &'a Locks,
+    id: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Locks {
+    pub async fn lock(&self, id: &str) -> LockGuard<'_> {
+        let m = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.entry(id.to_string()).or_default().clone()
+        };
+        let guard = m.lock_owned().await;
+        LockGuard {
+            locks: self,
+            id: id.to_string(),
+            guard: Some(guard),
+        }
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut map = self.locks.map.lock().unwrap_or_else(|p| p.into_inner());
+        // Two references: the map's and none other means nobody waits for it.
+        if map.get(&self.id).is_some_and(|m| Arc::strong_count(m) == 1) {
+            map.remove(&self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_64_hex_and_distinct() {
+        let a = new_id();
+        let b = new_id();
+        assert_eq!(a.len(), 64);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn atomic_write_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[tokio::test]
+    async fn locks_serialise_one_id_and_are_freed() {
+        let locks = Locks::default();
+        let g = locks.lock("a").await;
+        let _other = locks.lock("b").await;
+        drop(g);
+        let _again = locks.lock("a").await;
+        drop(_again);
+        drop(_other);
+        assert!(locks.map.lock().unwrap().is_empty());
+    }
+}

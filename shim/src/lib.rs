@@ -1,14 +1,18 @@
 //! crius-shim: the per-pod supervisor of containers.
 //!
-//! One shim runs per pod, single-threaded and without an async runtime (libcontainer clones
-//! processes from its caller, which is only safe without other threads). crius starts it with
+//! One shim runs per pod, single-threaded and without an async runtime. crius starts it with
 //! an ordinary spawn; it detaches ([`daemon`]), becomes a child subreaper and serves the control
 //! protocol of [`crius_api::shim`] on `<state-dir>/control.sock` from one event loop
-//! ([`server`]). It creates, starts, signals and deletes the pod's containers and runs exec
-//! processes through youki's libcontainer ([`libct`], always from short-lived forked helpers
-//! for create and exec: [`fork_helper`]); owns their stdio and writes the CRI log format
-//! ([`cri_log`]); reaps every exit and records it durably ([`exit_record`], with OOM kills from
-//! [`oom`]). It outlives crius: containers keep running and logging while crius restarts.
+//! ([`server`]). It owns the stdio of the pod's containers and writes the CRI log format
+//! ([`cri_log`]), runs exec processes and collects their output, reaps every exit and records
+//! it durably ([`exit_record`], with OOM kills from [`oom`]). It outlives crius: containers keep
+//! running and logging while crius restarts.
+//!
+//! The long-lived `crius-shim` binary does not link libcontainer: creates, starts, kills of a
+//! whole cgroup, deletes and execs run in short-lived `crius-shim-helper` processes ([`helper`],
+//! [`libct`]). That keeps libcontainer's side effects on its caller (working directory,
+//! dumpable flag, `oom_score_adj`) out of the shim and its large code and relocations out of
+//! the shim's resident memory.
 //!
 //! State directory layout (`<state>/shims/<pod-id>/`): `control.sock`, `shim.pid`, `shim.log`
 //! (unless `--log`), `runc/` (libcontainer's state), `containers/<id>/exit.json`,
@@ -17,7 +21,7 @@
 pub mod cri_log;
 pub mod daemon;
 pub mod exit_record;
-pub mod fork_helper;
+pub mod helper;
 pub mod libct;
 pub mod oom;
 pub mod server;

@@ -1,9 +1,5 @@
-//! The calls into youki's libcontainer.
-//!
-//! `create` and `exec` run in fork helpers (see [`crate::fork_helper`]); `start`, `kill_all`
-//! and `delete` run in the shim itself: they only load the container's state, signal, and
-//! remove files and cgroups, and leave the calling process as it was (`start` changes the
-//! working directory and restores it).
+//! The calls into youki's libcontainer, made only in `crius-shim-helper` processes (see
+//! [`crate::helper`]), never in the long-lived shim.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
@@ -27,7 +23,7 @@ pub struct InitStdio {
     pub console_dir: Option<PathBuf>,
 }
 
-/// Create a container (in a fork helper): returns the init's pid and, for a tty, the pty master.
+/// Create a container (in a helper): returns the init's pid and, for a tty, the pty master.
 pub fn create(
     id: &str,
     bundle: &Path,
@@ -71,7 +67,7 @@ pub fn create(
     Ok((pid, master))
 }
 
-/// Start an exec process in a running container (in a fork helper): returns its pid once it
+/// Start an exec process in a running container (in a helper): returns its pid once it
 /// has exec'd the command.
 pub fn exec(
     id: &str,

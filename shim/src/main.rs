@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! crius-shim --id <pod-id> --state-dir <dir> [--log <file>] [--max-log-line <bytes>]
+//!            [--helper <crius-shim-helper>]
 //! crius-shim --install-pause <path>
 //! ```
 
@@ -13,7 +14,7 @@ use crius_shim::daemon::{self, Options};
 use crius_shim::server::Config;
 
 const USAGE: &str = "usage: crius-shim --id <pod-id> --state-dir <dir> [--log <file>] \
-                     [--max-log-line <bytes>]\n       crius-shim --install-pause <path>";
+                     [--max-log-line <bytes>] [--helper <path>]\n       crius-shim --install-pause <path>";
 
 fn main() -> ExitCode {
     match parse(std::env::args().skip(1)) {
@@ -42,12 +43,14 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Command, String> {
     let mut state_dir = None;
     let mut log = None;
     let mut max_log_line = DEFAULT_MAX_LINE;
+    let mut helper = None;
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--id" => id = Some(value()?),
             "--state-dir" => state_dir = Some(PathBuf::from(value()?)),
             "--log" => log = Some(PathBuf::from(value()?)),
+            "--helper" => helper = Some(PathBuf::from(value()?)),
             "--max-log-line" => {
                 max_log_line = value()?
                     .parse()
@@ -65,11 +68,22 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Command, String> {
     if !state_dir.is_absolute() {
         return Err("--state-dir must be absolute".to_owned());
     }
+    // By default the helper sits next to this binary.
+    let helper = match helper {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .map_err(|e| format!("locate crius-shim: {e}"))?
+            .with_file_name("crius-shim-helper"),
+    };
+    if !helper.is_file() {
+        return Err(format!("helper {} not found (--helper)", helper.display()));
+    }
     Ok(Command::Serve(Options {
         config: Config {
             pod_id,
             state_dir,
             max_log_line,
+            helper,
         },
         log,
     }))

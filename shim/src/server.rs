@@ -22,8 +22,7 @@ use tracing::{info, warn};
 
 use crate::cri_log::{CriLog, Stream};
 use crate::exit_record;
-use crate::fork_helper::{self, set_nonblocking, Outcome};
-use crate::libct::{self, InitStdio};
+use crate::helper::{self, set_nonblocking, Outcome};
 use crate::oom::OomCounter;
 use crate::signals::Signals;
 use crate::time::{now_unix_nanos, rfc3339_nanos};
@@ -45,6 +44,8 @@ pub struct Config {
     pub pod_id: String,
     pub state_dir: PathBuf,
     pub max_log_line: usize,
+    /// The `crius-shim-helper` binary that runs libcontainer operations.
+    pub helper: PathBuf,
 }
 
 type Token = u64;
@@ -82,6 +83,10 @@ struct Container {
     delete_waiters: Vec<Token>,
     /// Delete once the init is reaped, even with nobody waiting (shim termination).
     delete_on_exit: bool,
+    /// A start helper runs.
+    starting: bool,
+    /// A delete helper runs.
+    deleting: bool,
 }
 
 impl Container {
@@ -146,8 +151,25 @@ struct ExecJob {
 }
 
 enum HelperPurpose {
-    Create { id: String, token: Token },
-    Exec { exec: u64 },
+    Create {
+        id: String,
+        token: Token,
+    },
+    Exec {
+        exec: u64,
+    },
+    Start {
+        id: String,
+        token: Token,
+    },
+    Kill {
+        token: Token,
+    },
+    Delete {
+        id: String,
+    },
+    /// Nobody waits for the outcome.
+    Background,
 }
 
 struct PendingHelper {
@@ -583,9 +605,9 @@ impl Shim {
                 pod_id: self.cfg.pod_id.clone(),
             })),
             Op::CreateContainer(req) => self.create(token, req).map(|()| None),
-            Op::Start { id } => self.start(&id).map(Some),
-            Op::Kill { id, signal, all } => self.kill(&id, signal, all).map(Some),
-            Op::Delete { id, force } => self.delete(token, &id, force),
+            Op::Start { id } => self.start(token, &id).map(|()| None),
+            Op::Kill { id, signal, all } => self.kill(token, &id, signal, all),
+            Op::Delete { id, force } => self.delete(token, &id, force).map(|()| None),
             Op::State { id } => self
                 .containers
                 .get(&id)
@@ -685,42 +707,40 @@ impl Shim {
         // Our ends and the container's ends of its stdio.
         let mut outputs: [Option<OwnedFd>; 2] = [None, None];
         let mut stdin_writer = None;
-        let mut child = InitStdio {
-            stdin: None,
-            stdout: None,
-            stderr: None,
-            console_dir: None,
-        };
-        if req.tty {
-            child.console_dir = Some(dir.clone());
-        } else {
+        // The container's ends: stdin, stdout, stderr.
+        let mut child: [Option<OwnedFd>; 3] = [None, None, None];
+        if !req.tty {
             let (r, w) = pipe().map_err(|e| internal("stdout pipe", e))?;
             outputs[0] = Some(r);
-            child.stdout = Some(w);
+            child[1] = Some(w);
             let (r, w) = pipe().map_err(|e| internal("stderr pipe", e))?;
             outputs[1] = Some(r);
-            child.stderr = Some(w);
+            child[2] = Some(w);
             if req.stdin {
                 let (r, w) = pipe().map_err(|e| internal("stdin pipe", e))?;
-                child.stdin = Some(r);
+                child[0] = Some(r);
                 stdin_writer = Some(w);
             }
         }
         for fd in outputs.iter().flatten() {
             set_nonblocking(fd.as_raw_fd()).map_err(|e| internal("output pipe", e))?;
         }
-        let keep: Vec<RawFd> = [&child.stdin, &child.stdout, &child.stderr]
-            .into_iter()
-            .flatten()
-            .map(|fd| fd.as_raw_fd())
-            .collect();
-        let root = self.runc_root.clone();
-        let bundle = req.bundle.clone();
-        let helper = fork_helper::spawn(&keep, || libct::create(&id, &bundle, &root, child))
-            .map_err(|e| internal("fork helper", e))?;
-        // `child` moved into the closure; its fds were closed in the parent when the closure
-        // was dropped by `spawn` returning.
-        info!(target: "crius_shim", container = %id, helper = helper.pid, "creating container");
+        let mut args = vec!["create".to_owned(), "--bundle".to_owned()];
+        args.push(req.bundle.to_string_lossy().into_owned());
+        if req.tty {
+            args.push("--console-dir".to_owned());
+            args.push(dir.to_string_lossy().into_owned());
+        }
+        let stdio = [0, 1, 2].map(|i| child[i].as_ref().map(|f| f.as_raw_fd()));
+        let purpose = HelperPurpose::Create {
+            id: id.clone(),
+            token,
+        };
+        self.spawn_helper(&id, args, stdio, purpose)
+            .map_err(|e| internal("spawn helper", e))?;
+        // The container's ends now live in the helper.
+        drop(child);
+        info!(target: "crius_shim", container = %id, "creating container");
 
         self.containers.insert(
             id.clone(),
@@ -743,41 +763,102 @@ impl Shim {
                 waiters: Vec::new(),
                 delete_waiters: Vec::new(),
                 delete_on_exit: false,
-            },
-        );
-        let key = self.next();
-        self.helpers.insert(
-            key,
-            PendingHelper {
-                pid: helper.pid,
-                chan: helper.chan,
-                purpose: HelperPurpose::Create { id, token },
+                starting: false,
+                deleting: false,
             },
         );
         Ok(())
     }
 
-    fn start(&mut self, id: &str) -> Result<Reply, ShimError> {
+    /// Run `crius-shim-helper <args[0]> --root <runc root> --id <id> <args[1..]>`; its report
+    /// is handled according to `purpose`.
+    fn spawn_helper(
+        &mut self,
+        id: &str,
+        mut args: Vec<String>,
+        stdio: [Option<RawFd>; 3],
+        purpose: HelperPurpose,
+    ) -> io::Result<()> {
+        let rest = args.split_off(1.min(args.len()));
+        args.push("--root".to_owned());
+        args.push(self.runc_root.to_string_lossy().into_owned());
+        args.push("--id".to_owned());
+        args.push(id.to_owned());
+        args.extend(rest);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let spawned = helper::spawn(&self.cfg.helper, &argv, stdio)?;
+        let key = self.next();
+        self.helpers.insert(
+            key,
+            PendingHelper {
+                pid: spawned.pid,
+                chan: spawned.chan,
+                purpose,
+            },
+        );
+        Ok(())
+    }
+
+    fn start(&mut self, token: Token, id: &str) -> Result<(), ShimError> {
         self.refuse_if_stopping()?;
-        let c = self.containers.get(id).ok_or_else(|| not_found(id))?;
-        if c.status != ContainerStatus::Created || c.exit.is_some() {
+        let c = self.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        if c.status != ContainerStatus::Created || c.exit.is_some() || c.starting || c.deleting {
             return Err(err(
                 ErrorKind::FailedPrecondition,
                 format!("container {id} is {:?}, not created", c.status),
             ));
         }
-        libct::start(&self.runc_root, id)
-            .map_err(|e| err(ErrorKind::Internal, format!("start container {id}: {e}")))?;
-        let c = self.containers.get_mut(id).ok_or_else(|| not_found(id))?;
-        c.status = ContainerStatus::Running;
-        c.started_at = Some(now_unix_nanos());
-        info!(target: "crius_shim", container = %id, "started");
-        Ok(Reply::Started {
-            pid: c.pid.unwrap_or(0),
-        })
+        c.starting = true;
+        let purpose = HelperPurpose::Start {
+            id: id.to_owned(),
+            token,
+        };
+        if let Err(e) = self.spawn_helper(id, vec!["start".to_owned()], [None; 3], purpose) {
+            if let Some(c) = self.containers.get_mut(id) {
+                c.starting = false;
+            }
+            return Err(err(
+                ErrorKind::Internal,
+                format!("start container {id}: spawn helper: {e}"),
+            ));
+        }
+        Ok(())
     }
 
-    fn kill(&mut self, id: &str, signal: i32, all: bool) -> Result<Reply, ShimError> {
+    fn started(&mut self, id: &str, token: Token, result: Result<i32, String>) {
+        let Some(c) = self.containers.get_mut(id) else {
+            let response = Response::Err(not_found(id));
+            self.complete(token, response);
+            return;
+        };
+        c.starting = false;
+        let response = match result {
+            Ok(_) => {
+                // An init that died meanwhile is already recorded as stopped.
+                if c.status == ContainerStatus::Created {
+                    c.status = ContainerStatus::Running;
+                }
+                c.started_at = Some(now_unix_nanos());
+                info!(target: "crius_shim", container = %id, "started");
+                Response::Ok(Reply::Started {
+                    pid: c.pid.unwrap_or(0),
+                })
+            }
+            Err(message) => Response::Err(err(
+                ErrorKind::Internal,
+                format!("start container {id}: {message}"),
+            )),
+        };
+        self.complete(token, response);
+    }
+
+    fn kill(
+        &mut self,
+        token: Token,
+        id: &str,
+        signal: i32,
+        all: bool,
+    ) -> Result<Option<Reply>, ShimError> {
         if !(0..=64).contains(&signal) {
             return Err(err(
                 ErrorKind::InvalidArgument,
@@ -792,8 +873,15 @@ impl Shim {
             ));
         }
         if all {
-            libct::kill_all(&self.runc_root, id, signal)
-                .map_err(|e| err(ErrorKind::Internal, format!("kill container {id}: {e}")))?;
+            let args = vec!["kill".to_owned(), "--signal".to_owned(), signal.to_string()];
+            self.spawn_helper(id, args, [None; 3], HelperPurpose::Kill { token })
+                .map_err(|e| {
+                    err(
+                        ErrorKind::Internal,
+                        format!("kill container {id}: spawn helper: {e}"),
+                    )
+                })?;
+            return Ok(None);
         } else if let (true, Some(pid)) = (c.alive(), c.pid) {
             // The init is not reaped yet, so the pid cannot have been reused.
             // SAFETY: kill(2) with a pid and a validated signal number.
@@ -807,11 +895,15 @@ impl Shim {
                 }
             }
         }
-        Ok(Reply::Done)
+        Ok(Some(Reply::Done))
     }
 
-    fn delete(&mut self, token: Token, id: &str, force: bool) -> Result<Option<Reply>, ShimError> {
+    fn delete(&mut self, token: Token, id: &str, force: bool) -> Result<(), ShimError> {
         let c = self.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        if c.deleting {
+            c.delete_waiters.push(token);
+            return Ok(());
+        }
         match c.status {
             ContainerStatus::Creating => {
                 return Err(err(
@@ -827,47 +919,88 @@ impl Shim {
             }
             _ => {}
         }
+        c.delete_waiters.push(token);
         if c.alive() {
             // A created container's init waits on its start socket, a forced one is killed;
             // both are deleted once the init is reaped.
-            c.delete_waiters.push(token);
             self.kill_for_delete(id);
-            return Ok(None);
+        } else {
+            self.begin_delete(id);
         }
-        self.finish_delete(id)?;
-        Ok(Some(Reply::Done))
+        Ok(())
     }
 
+    /// SIGKILL the init, and everything else in the container's cgroup through a helper.
     fn kill_for_delete(&mut self, id: &str) {
-        if let Err(e) = libct::kill_all(&self.runc_root, id, libc::SIGKILL) {
+        let Some(c) = self.containers.get(id) else {
+            return;
+        };
+        if let (true, Some(pid)) = (c.alive(), c.pid) {
+            // SAFETY: kill(2) of our unreaped child with SIGKILL.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let args = vec![
+            "kill".to_owned(),
+            "--signal".to_owned(),
+            libc::SIGKILL.to_string(),
+        ];
+        if let Err(e) = self.spawn_helper(id, args, [None; 3], HelperPurpose::Background) {
             warn!(target: "crius_shim", container = %id, error = %e, "kill all for delete");
         }
-        if let Some(c) = self.containers.get(id) {
-            if let (true, Some(pid)) = (c.alive(), c.pid) {
-                // SAFETY: kill(2) of our unreaped child with SIGKILL.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
+    }
+
+    /// Remove the container's cgroup and libcontainer state through a helper; the record goes
+    /// when it reports.
+    fn begin_delete(&mut self, id: &str) {
+        let Some(c) = self.containers.get_mut(id) else {
+            return;
+        };
+        c.deleting = true;
+        let purpose = HelperPurpose::Delete { id: id.to_owned() };
+        if let Err(e) = self.spawn_helper(id, vec!["delete".to_owned()], [None; 3], purpose) {
+            self.deleted(id, Err(format!("spawn helper: {e}")));
         }
     }
 
-    fn finish_delete(&mut self, id: &str) -> Result<(), ShimError> {
-        libct::delete(&self.runc_root, id)
-            .map_err(|e| err(ErrorKind::Internal, format!("delete container {id}: {e}")))?;
-        if let Some(c) = self.containers.remove(id) {
-            for waiter in c.waiters {
-                let response = Response::Err(err(
-                    ErrorKind::NotFound,
-                    format!("container {id} was deleted"),
-                ));
-                self.complete(waiter, response);
+    fn deleted(&mut self, id: &str, result: Result<i32, String>) {
+        let Some(c) = self.containers.get_mut(id) else {
+            return;
+        };
+        c.deleting = false;
+        if let Err(message) = result {
+            warn!(target: "crius_shim", container = %id, error = %message, "delete failed");
+            let waiters = std::mem::take(&mut c.delete_waiters);
+            if self.terminating {
+                // Nobody will retry: forget the container anyway.
+                self.containers.remove(id);
             }
+            for token in waiters {
+                let response = Response::Err(err(
+                    ErrorKind::Internal,
+                    format!("delete container {id}: {message}"),
+                ));
+                self.complete(token, response);
+            }
+            return;
+        }
+        let Some(c) = self.containers.remove(id) else {
+            return;
+        };
+        for token in c.waiters {
+            let response = Response::Err(err(
+                ErrorKind::NotFound,
+                format!("container {id} was deleted"),
+            ));
+            self.complete(token, response);
         }
         // On SIGTERM the exit records stay for crius to read; a requested delete removes them.
         if !self.terminating || self.shutdown_requested {
             let _ = fs::remove_dir_all(self.container_dir(id));
         }
         info!(target: "crius_shim", container = %id, "deleted");
-        Ok(())
+        for token in c.delete_waiters {
+            self.complete(token, Response::Ok(Reply::Done));
+        }
     }
 
     fn reopen_log(&mut self, id: &str) -> Result<Reply, ShimError> {
@@ -924,14 +1057,19 @@ impl Shim {
         let (err_r, err_w) = pipe().map_err(|e| internal("stderr pipe", &e))?;
         set_nonblocking(out_r.as_raw_fd()).map_err(|e| internal("pipe", &e))?;
         set_nonblocking(err_r.as_raw_fd()).map_err(|e| internal("pipe", &e))?;
-        let keep = [out_w.as_raw_fd(), err_w.as_raw_fd()];
-        let root = self.runc_root.clone();
-        let file = process_file.clone();
-        let helper = fork_helper::spawn(&keep, || libct::exec(&id, &root, &file, out_w, err_w))
-            .map_err(|e| {
-                let _ = fs::remove_file(&process_file);
-                internal("fork helper", &e)
-            })?;
+        let args = vec![
+            "exec".to_owned(),
+            "--process".to_owned(),
+            process_file.to_string_lossy().into_owned(),
+        ];
+        let stdio = [None, Some(out_w.as_raw_fd()), Some(err_w.as_raw_fd())];
+        let purpose = HelperPurpose::Exec { exec: exec_id };
+        if let Err(e) = self.spawn_helper(&id, args, stdio, purpose) {
+            let _ = fs::remove_file(&process_file);
+            return Err(internal("spawn helper", &e));
+        }
+        // The process's ends now live in the helper.
+        drop((out_w, err_w));
         let limit = match req.output_limit {
             0 => DEFAULT_EXEC_OUTPUT_LIMIT,
             n => n,
@@ -953,15 +1091,6 @@ impl Shim {
                 process_file,
             },
         );
-        let key = self.next();
-        self.helpers.insert(
-            key,
-            PendingHelper {
-                pid: helper.pid,
-                chan: helper.chan,
-                purpose: HelperPurpose::Exec { exec: exec_id },
-            },
-        );
         Ok(())
     }
 
@@ -971,7 +1100,7 @@ impl Shim {
         let Some(helper) = self.helpers.get(&key) else {
             return;
         };
-        let result = match fork_helper::receive(&helper.chan) {
+        let result = match helper::receive(&helper.chan) {
             Ok(None) => return,
             Ok(Some((outcome, fd))) => match outcome {
                 Outcome::Ok { pid } => Ok((pid, fd)),
@@ -982,9 +1111,28 @@ impl Shim {
         let Some(helper) = self.helpers.remove(&key) else {
             return;
         };
+        if let HelperPurpose::Create { id, token } = &helper.purpose {
+            self.created(id, *token, result);
+            return;
+        }
+        let pid_only = result.map(|(pid, _)| pid);
         match helper.purpose {
-            HelperPurpose::Create { id, token } => self.created(&id, token, result),
-            HelperPurpose::Exec { exec } => self.exec_started(exec, result.map(|(pid, _)| pid)),
+            HelperPurpose::Create { .. } => {}
+            HelperPurpose::Exec { exec } => self.exec_started(exec, pid_only),
+            HelperPurpose::Start { id, token } => self.started(&id, token, pid_only),
+            HelperPurpose::Kill { token } => {
+                let response = match pid_only {
+                    Ok(_) => Response::Ok(Reply::Done),
+                    Err(message) => Response::Err(err(ErrorKind::Internal, message)),
+                };
+                self.complete(token, response);
+            }
+            HelperPurpose::Delete { id } => self.deleted(&id, pid_only),
+            HelperPurpose::Background => {
+                if let Err(message) = pid_only {
+                    warn!(target: "crius_shim", error = %message, "background helper failed");
+                }
+            }
         }
     }
 
@@ -1002,7 +1150,10 @@ impl Shim {
                         self.complete(waiter, response);
                     }
                 }
-                let _ = libct::delete(&self.runc_root, id);
+                // libcontainer removes what it made when a create fails; a helper that died
+                // half-way may have left state, which a background delete clears.
+                let args = vec!["delete".to_owned()];
+                let _ = self.spawn_helper(id, args, [None; 3], HelperPurpose::Background);
                 let _ = fs::remove_dir_all(self.container_dir(id));
                 let response = Response::Err(err(
                     ErrorKind::Internal,
@@ -1031,6 +1182,9 @@ impl Shim {
         }
         info!(target: "crius_shim", container = %id, pid, "created");
         self.complete(token, Response::Ok(Reply::Created { pid }));
+        if self.containers.get(id).is_some_and(|c| c.delete_on_exit) {
+            self.kill_for_delete(id);
+        }
         if let Some(status) = self.take_orphan_exit(pid) {
             self.container_exited(id, status);
         }
@@ -1143,20 +1297,12 @@ impl Shim {
         c.exit = Some(exit.clone());
         c.status = ContainerStatus::Stopped;
         let waiters = std::mem::take(&mut c.waiters);
-        let delete_waiters = std::mem::take(&mut c.delete_waiters);
-        let delete_now = c.delete_on_exit || !delete_waiters.is_empty();
+        let delete_now = c.delete_on_exit || !c.delete_waiters.is_empty();
         for token in waiters {
             self.complete(token, Response::Ok(Reply::Exited(exit.clone())));
         }
         if delete_now {
-            let result = self.finish_delete(id);
-            for token in delete_waiters {
-                let response = match &result {
-                    Ok(()) => Response::Ok(Reply::Done),
-                    Err(e) => Response::Err(e.clone()),
-                };
-                self.complete(token, response);
-            }
+            self.begin_delete(id);
         }
     }
 
@@ -1293,11 +1439,10 @@ impl Shim {
             if c.alive() {
                 c.delete_on_exit = true;
                 self.kill_for_delete(&id);
-            } else if c.status != ContainerStatus::Creating {
-                if let Err(e) = self.finish_delete(&id) {
-                    warn!(target: "crius_shim", container = %id, error = %e, "delete on terminate");
-                    self.containers.remove(&id);
-                }
+            } else if c.status == ContainerStatus::Creating {
+                c.delete_on_exit = true;
+            } else if !c.deleting {
+                self.begin_delete(&id);
             }
         }
     }

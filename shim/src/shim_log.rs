@@ -34,7 +34,7 @@ struct FileLogger {
     others: Level,
 }
 
-/// Install the file logger as the global subscriber; returns the log's fd, which fork helpers
+/// Install the file logger as the global subscriber; returns the log's fd, which helpers
 /// keep open.
 pub fn init(file: File) -> RawFd {
     let own = std::env::var(LEVEL_ENV)

@@ -1,0 +1,111 @@
+//! `crius-shim-helper`: runs one libcontainer operation for `crius-shim` and reports on fd 3.
+//! See `crius_shim::helper` for the command line and descriptors; not for use by hand.
+
+use std::fs::File;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+use crius_shim::helper::{self, Outcome, LOG_FD, STDIO_FDS};
+use crius_shim::libct::{self, InitStdio};
+
+fn main() {
+    if fd_is_open(LOG_FD) {
+        // SAFETY: the shim placed its log file on LOG_FD for us; nothing else owns it.
+        crius_shim::shim_log::init(unsafe { File::from_raw_fd(LOG_FD) });
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = run(&args);
+    if let Err(message) = &result {
+        tracing::warn!(target: "crius_shim::helper", op = ?args.first(), error = %message, "helper failed");
+    }
+    let (outcome, fd, code) = match result {
+        Ok((pid, fd)) => (Outcome::Ok { pid }, fd, 0),
+        Err(message) => (Outcome::Err { message }, None, 1),
+    };
+    let code = match helper::report(&outcome, fd.as_ref()) {
+        Ok(()) => code,
+        Err(_) => 2,
+    };
+    std::process::exit(code);
+}
+
+fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD only queries the descriptor's flags.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+/// The container stdio fd `i` (0 stdin, 1 stdout, 2 stderr), if the shim passed one.
+fn stdio(i: usize) -> Option<OwnedFd> {
+    let fd = STDIO_FDS[i];
+    // SAFETY: the shim placed this fd for us; we are its only owner.
+    fd_is_open(fd).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+struct Args {
+    op: String,
+    root: PathBuf,
+    id: String,
+    bundle: Option<PathBuf>,
+    process: Option<PathBuf>,
+    console_dir: Option<PathBuf>,
+    signal: i32,
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let mut it = args.iter();
+    let op = it.next().ok_or("missing operation")?.clone();
+    let mut parsed = Args {
+        op,
+        root: PathBuf::new(),
+        id: String::new(),
+        bundle: None,
+        process: None,
+        console_dir: None,
+        signal: 0,
+    };
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value"))?
+            .clone();
+        match flag.as_str() {
+            "--root" => parsed.root = value.into(),
+            "--id" => parsed.id = value,
+            "--bundle" => parsed.bundle = Some(value.into()),
+            "--process" => parsed.process = Some(value.into()),
+            "--console-dir" => parsed.console_dir = Some(value.into()),
+            "--signal" => parsed.signal = value.parse().map_err(|e| format!("--signal: {e}"))?,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if parsed.id.is_empty() || parsed.root.as_os_str().is_empty() {
+        return Err("--root and --id are required".to_owned());
+    }
+    Ok(parsed)
+}
+
+fn run(args: &[String]) -> Result<(i32, Option<OwnedFd>), String> {
+    let a = parse(args)?;
+    match a.op.as_str() {
+        "create" => {
+            let bundle = a.bundle.ok_or("create needs --bundle")?;
+            let stdio = InitStdio {
+                stdin: stdio(0),
+                stdout: stdio(1),
+                stderr: stdio(2),
+                console_dir: a.console_dir,
+            };
+            libct::create(&a.id, &bundle, &a.root, stdio)
+        }
+        "exec" => {
+            let process = a.process.ok_or("exec needs --process")?;
+            let stdout = stdio(1).ok_or("exec needs a stdout fd")?;
+            let stderr = stdio(2).ok_or("exec needs a stderr fd")?;
+            libct::exec(&a.id, &a.root, &process, stdout, stderr)
+        }
+        "start" => libct::start(&a.root, &a.id).map(|()| (0, None)),
+        "kill" => libct::kill_all(&a.root, &a.id, a.signal).map(|()| (0, None)),
+        "delete" => libct::delete(&a.root, &a.id).map(|()| (0, None)),
+        other => Err(format!("unknown operation {other}")),
+    }
+}

@@ -1,0 +1,181 @@
+//! Helper processes that call libcontainer on the shim's behalf.
+//!
+//! libcontainer changes its calling process (it `chdir()`s, sets `PR_SET_DUMPABLE 0`, writes
+//! the container's `oom_score_adj` to `/proc/self/oom_score_adj`; its container init is a
+//! `CLONE_PARENT` child of the caller), and linking it makes a binary large: its relocations
+//! and code would dominate the resident memory of a process that lives as long as the pod. So
+//! the long-lived `crius-shim` never links it: every create, start, kill-all, delete and exec
+//! runs in a short-lived `crius-shim-helper` process the shim spawns (fork + exec). The helper
+//! reports its outcome (a pid, maybe a pty master fd) over a `SOCK_SEQPACKET` socket and exits;
+//! the processes it made are then re-parented to the shim, a child subreaper.
+//!
+//! Helper command line: `crius-shim-helper <op> --root <libcontainer-root> --id <container>
+//! [op arguments]`, with these descriptors:
+//!
+//! | fd | what |
+//! |---|---|
+//! | 0, 1, 2 | /dev/null |
+//! | 3 | the report socket |
+//! | 4, 5, 6 | the container's stdin, stdout, stderr (create and exec, when given) |
+//! | 7 | the shim's log file (for libcontainer's events), when open |
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use nix::cmsg_space;
+use nix::sys::socket::{
+    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+    SockFlag, SockType,
+};
+use serde::{Deserialize, Serialize};
+
+/// The helper's fd for its report socket.
+pub const REPORT_FD: RawFd = 3;
+/// The helper's fds for the container's stdin, stdout and stderr.
+pub const STDIO_FDS: [RawFd; 3] = [4, 5, 6];
+/// The helper's fd for the shim's log file.
+pub const LOG_FD: RawFd = 7;
+
+/// What a helper reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Done; `pid` is the new process (container init or exec process), 0 when none.
+    Ok { pid: i32 },
+    /// Why it failed, with its cause chain.
+    Err { message: String },
+}
+
+/// A running helper: its pid and the shim's end of its report socket (non-blocking).
+#[derive(Debug)]
+pub struct Helper {
+    pub pid: i32,
+    pub chan: OwnedFd,
+}
+
+/// Spawn `helper` with `args`; `stdio` fds (container stdin, stdout, stderr) land on 4, 5, 6.
+pub fn spawn(helper: &Path, args: &[&str], stdio: [Option<RawFd>; 3]) -> io::Result<Helper> {
+    let (parent_end, child_end) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    let log = crate::shim_log::fd();
+    let mut moves: Vec<(RawFd, RawFd)> = vec![(child_end.as_raw_fd(), REPORT_FD)];
+    for (fd, target) in stdio.iter().zip(STDIO_FDS) {
+        if let Some(fd) = fd {
+            moves.push((*fd, target));
+        }
+    }
+    if log >= 0 {
+        moves.push((log, LOG_FD));
+    }
+    let mut cmd = Command::new(helper);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: the closure runs in the forked child before exec and only calls fcntl/dup2,
+    // which are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || place_fds(&moves));
+    }
+    let child = cmd.spawn()?;
+    drop(child_end);
+    set_nonblocking(parent_end.as_raw_fd())?;
+    // The shim reaps every child itself (waitpid(-1)); `Child` neither waits nor kills on drop.
+    Ok(Helper {
+        pid: child.id() as i32,
+        chan: parent_end,
+    })
+}
+
+/// Move each `(source, target)` fd into place without one clobbering another's source, and
+/// leave the targets open across exec.
+fn place_fds(moves: &[(RawFd, RawFd)]) -> io::Result<()> {
+    let mut high = Vec::with_capacity(moves.len());
+    for &(src, target) in moves {
+        // SAFETY: duplicating a valid fd to a free number at or above 64.
+        let dup = unsafe { libc::fcntl(src, libc::F_DUPFD_CLOEXEC, 64) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        high.push((dup, target));
+    }
+    for (dup, target) in high {
+        // SAFETY: dup2 onto a fixed number; dup2 clears close-on-exec on the target.
+        if unsafe { libc::dup2(dup, target) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Read a helper's report. `Ok(None)`: not there yet. An error if the helper closed the socket
+/// without reporting (it crashed or could not be executed).
+pub fn receive(chan: &OwnedFd) -> io::Result<Option<(Outcome, Option<OwnedFd>)>> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut cmsg = cmsg_space!([RawFd; 1]);
+    let (len, fd) = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = match recvmsg::<()>(
+            chan.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(msg) => msg,
+            Err(nix::errno::Errno::EAGAIN) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut fd = None;
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for raw in fds {
+                    // SAFETY: SCM_RIGHTS handed us a new descriptor that nothing else owns.
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+        }
+        (msg.bytes, fd)
+    };
+    if len == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "helper exited without a report",
+        ));
+    }
+    let outcome = serde_json::from_slice(&buf[..len]).map_err(io::Error::other)?;
+    Ok(Some((outcome, fd)))
+}
+
+/// Send the helper's report on [`REPORT_FD`] (in the helper).
+pub fn report(outcome: &Outcome, fd: Option<&OwnedFd>) -> io::Result<()> {
+    let bytes = serde_json::to_vec(outcome).map_err(io::Error::other)?;
+    let iov = [IoSlice::new(&bytes)];
+    let fds: Vec<RawFd> = fd.iter().map(|f| f.as_raw_fd()).collect();
+    let cmsgs: Vec<ControlMessage<'_>> = if fds.is_empty() {
+        Vec::new()
+    } else {
+        vec![ControlMessage::ScmRights(&fds)]
+    };
+    sendmsg::<()>(REPORT_FD, &iov, &cmsgs, MsgFlags::empty(), None)?;
+    Ok(())
+}
+
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on an fd we own only change its status flags.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

@@ -20,7 +20,8 @@
 //! - Computes `cgroups_path` (absolute) and passes the pod's shared files; `shm_dir` is the pod's
 //!   size-limited tmpfs, or the host's `/dev/shm` for a host-IPC pod.
 //! - The seccomp filter in a returned spec is already rewritten for libcontainer 0.7 (see
-//!   [`seccomp::for_libcontainer`]); hand the spec to libcontainer, not to runc.
+//!   [`seccomp::for_libcontainer`]: it reads masked-equality arguments the other way round
+//!   from runc); hand the spec to libcontainer, not to runc.
 //! - `oom_score_adj` is written as requested (the pause gets -998); the shim clamps it to what
 //!   it may set (this node lacks CAP_SYS_RESOURCE).
 //!
@@ -591,7 +592,10 @@ pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     process.set_cwd(cwd);
     process.set_capabilities(Some(capabilities));
     process.set_rlimits(None);
-    process.set_no_new_privileges(Some(sc.is_some_and(|s| s.no_new_privs)));
+    // `None`, never `Some(false)`: libcontainer 0.7 loads the seccomp filter early (while still
+    // privileged) only when the field is absent; with `Some(false)` it loads it after dropping
+    // capabilities, without no_new_privs, and the kernel refuses the filter.
+    process.set_no_new_privileges(sc.is_some_and(|s| s.no_new_privs).then_some(true));
     process.set_apparmor_profile(None);
     process.set_selinux_label(None);
     process.set_oom_score_adj(oom_score_adj);

@@ -596,8 +596,11 @@ pub fn default_profile(bounding: &Capabilities) -> LinuxSeccomp {
 ///
 /// runc and the OCI convention read `SCMP_CMP_MASKED_EQ` as `(arg & value) == valueTwo`;
 /// libcontainer 0.7 (`seccomp::translate_op`) passes `valueTwo` as the mask and `value` as the
-/// datum, i.e. `(arg & valueTwo) == value`. Unswapped, the default profile's `clone` rule would
-/// never match and every `fork()` in a container would fail with EPERM. Apply this to the spec
+/// datum. Unswapped, the default profile's `clone` rule becomes `(arg & 0) == 0` after
+/// libseccomp masks the datum: `clone` may then create namespaces without CAP_SYS_ADMIN.
+/// Checked on this node by loading the default profile through
+/// `libcontainer::seccomp::initialize_seccomp`: unswapped, `clone(CLONE_NEWUTS)` succeeded;
+/// swapped, it failed with EPERM and a plain `fork()` still worked. Apply this to the spec
 /// handed to libcontainer only; remove it when libcontainer follows runc.
 pub fn for_libcontainer(seccomp: &mut LinuxSeccomp) {
     let Some(syscalls) = seccomp.syscalls().clone() else {

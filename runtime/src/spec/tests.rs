@@ -156,7 +156,11 @@ fn container_spec_merges_image_and_cri() {
     assert_eq!(p.user().additional_gids().clone().unwrap(), [33, 4]);
     assert_eq!(p.oom_score_adj(), Some(-100));
     assert_eq!(p.terminal(), Some(false));
-    assert_eq!(p.no_new_privileges(), Some(false));
+    assert_eq!(
+        p.no_new_privileges(),
+        None,
+        "libcontainer reads Some(false) as set"
+    );
     assert!(p.rlimits().is_none());
 
     let linux = spec.linux().as_ref().unwrap();

@@ -82,10 +82,11 @@ fn rate(bytes: u64, t: Duration) -> f64 {
     mb(bytes) / t.as_secs_f64().max(1e-9)
 }
 
-fn store(root: &std::path::Path) -> ImageStore {
+fn store(root: &std::path::Path, sync: bool) -> ImageStore {
     ImageStore::open(StoreConfig {
         root: root.to_path_buf(),
         registry_config_dir: None,
+        sync_snapshots: sync,
         ..Default::default()
     })
     .unwrap()
@@ -150,14 +151,15 @@ async fn run() {
     );
 
     let none = Auth::default();
-    let runs = 3;
-    for run in 1..=runs {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average before the runs: {}", load.trim());
+    for (run, sync) in [(1, true), (2, false), (3, true), (4, false)] {
         // 1. fetch only, into an empty store
         let root = tempfile::Builder::new()
             .prefix("crius-image-bench")
             .tempdir()
             .unwrap();
-        let s = store(root.path());
+        let s = store(root.path(), sync);
         let (_, fetch) = s
             .pull_with(&name, &none, PullOptions { unpack: false })
             .await
@@ -175,7 +177,7 @@ async fn run() {
             .prefix("crius-image-bench")
             .tempdir()
             .unwrap();
-        let s = store(root.path());
+        let s = store(root.path(), sync);
         let t = Instant::now();
         let (_, full) = s
             .pull_with(&name, &none, PullOptions::default())
@@ -183,7 +185,7 @@ async fn run() {
             .unwrap();
         let total = t.elapsed();
         println!(
-            "run {run}: fetch {:.1} MB in {:.2} s = {:.0} MB/s | unpack {:.1} MB in {:.2} s = {:.0} MB/s | cold pull+unpack {:.2} s = {:.0} MB/s of image",
+            "run {run} (sync_snapshots={sync}): fetch {:.1} MB in {:.2} s = {:.0} MB/s | unpack {:.1} MB in {:.2} s = {:.0} MB/s | cold pull+unpack {:.2} s = {:.0} MB/s of image",
             mb(fetch.fetched_bytes),
             fetch.fetch_time.as_secs_f64(),
             rate(fetch.fetched_bytes, fetch.fetch_time),

@@ -542,9 +542,10 @@ impl Inner {
                 }
                 let start = Instant::now();
                 let blob = this.content.path(&digest);
+                let sync = this.config.sync_snapshots;
                 let unpacked = tokio::task::spawn_blocking(move || {
                     let _slot = slot;
-                    unpack_layer(&blob, &digest, &diff, &dest)
+                    unpack_layer(&blob, &digest, &diff, &dest, sync)
                 })
                 .await
                 .map_err(|e| Error::Internal(format!("unpack task: {e}")))??;

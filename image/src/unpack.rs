@@ -39,12 +39,15 @@ pub struct UnpackStats {
 
 /// Unpacks the layer blob at `blob` into `dest/fs`, atomically: `dest` appears complete or not
 /// at all. The uncompressed stream must hash to `diff_id`. If `dest` already exists (another
-/// pull won the race) the work is discarded and that is not an error.
+/// pull won the race) the work is discarded and that is not an error. With `sync`, the
+/// filesystem is flushed (syncfs) before the rename, so a snapshot that exists after a power
+/// loss is complete.
 pub fn unpack_layer(
     blob: &Path,
     digest: &Digest,
     diff_id: &Digest,
     dest: &Path,
+    sync: bool,
 ) -> Result<UnpackStats> {
     let parent = dest.parent().ok_or_else(|| {
         Error::Internal(format!("snapshot path {} has no parent", dest.display()))
@@ -85,6 +88,9 @@ pub fn unpack_layer(
         known_dirs: HashSet::new(),
         dirs: Vec::new(),
         buf: vec![0; COPY_BUFFER],
+        // SAFETY: getuid/getgid have no preconditions.
+        ids: unsafe { (libc::geteuid(), libc::getegid()) },
+        setgid_dirs: HashSet::new(),
     };
     let mut entries_count = 0;
     let bad = |reason: String| Error::Unpack {
@@ -112,10 +118,12 @@ pub fn unpack_layer(
     }
     ex.finish_dirs()?;
 
-    let dir = File::open(tmp.path()).map_err(Error::io("open", tmp.path()))?;
-    // SAFETY: syncfs on a file descriptor we own; it only flushes the filesystem.
-    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) } != 0 {
-        return Err(Error::io("sync", tmp.path())(io::Error::last_os_error()));
+    if sync {
+        let dir = File::open(tmp.path()).map_err(Error::io("open", tmp.path()))?;
+        // SAFETY: syncfs on a file descriptor we own; it only flushes the filesystem.
+        if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) } != 0 {
+            return Err(Error::io("sync", tmp.path())(io::Error::last_os_error()));
+        }
     }
     match std::fs::rename(tmp.path(), dest) {
         Ok(()) => tmp.keep(),
@@ -155,6 +163,10 @@ struct Extractor {
     known_dirs: HashSet<PathBuf>,
     dirs: Vec<DirMeta>,
     buf: Vec<u8>,
+    /// Our own uid and gid: files we create already have them (unless the directory is
+    /// set-group-ID, which hands down its group).
+    ids: (u32, u32),
+    setgid_dirs: HashSet<PathBuf>,
 }
 
 /// The relative path of an entry, or an error for `..` and absolute paths. None for the root.
@@ -259,21 +271,33 @@ impl Extractor {
                 std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode))
                     .map_err(|e| self.fail(&rel, "chmod", e))?;
                 self.known_dirs.insert(rel.clone());
+                if mode & 0o2000 != 0 {
+                    self.setgid_dirs.insert(rel.clone());
+                }
                 self.dirs.push(DirMeta {
                     rel: rel.clone(),
                     mtime,
                 });
             }
             tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
-                self.remove_existing(&full, false)
-                    .map_err(|e| self.fail(&rel, "replace", e))?;
-                let mut f = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                    .open(&full)
-                    .map_err(|e| self.fail(&rel, "create", e))?;
+                let create = || {
+                    OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                        .open(&full)
+                };
+                // Most paths are new: try first, clear the way only when something is there.
+                let mut f = match create() {
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        self.remove_existing(&full, false)
+                            .map_err(|e| self.fail(&rel, "replace", e))?;
+                        create()
+                    }
+                    other => other,
+                }
+                .map_err(|e| self.fail(&rel, "create", e))?;
                 loop {
                     let n = entry
                         .read(&mut self.buf)
@@ -284,8 +308,11 @@ impl Extractor {
                     f.write_all(&self.buf[..n])
                         .map_err(|e| self.fail(&rel, "write", e))?;
                 }
-                std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
-                    .map_err(|e| self.fail(&rel, "chown", e))?;
+                let in_setgid_dir = rel.parent().is_some_and(|p| self.setgid_dirs.contains(p));
+                if (uid, gid) != self.ids || in_setgid_dir {
+                    std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+                        .map_err(|e| self.fail(&rel, "chown", e))?;
+                }
                 f.set_permissions(std::fs::Permissions::from_mode(mode))
                     .map_err(|e| self.fail(&rel, "chmod", e))?;
                 for (k, v) in &xattrs {
@@ -614,7 +641,13 @@ mod tests {
         };
         std::fs::write(&blob, &bytes).unwrap();
         let diff = Digest::of(data);
-        let r = unpack_layer(&blob, &Digest::of(&bytes), &diff, &dir.path().join("snap"));
+        let r = unpack_layer(
+            &blob,
+            &Digest::of(&bytes),
+            &diff,
+            &dir.path().join("snap"),
+            true,
+        );
         (dir, r)
     }
 
@@ -735,6 +768,7 @@ mod tests {
             &Digest::of(&data),
             &Digest::of(b"other"),
             &dir.path().join("snap"),
+            true,
         )
         .unwrap_err();
         assert!(
@@ -755,6 +789,7 @@ mod tests {
             &Digest::of(b"unused"),
             &Digest::of(&data),
             &dir.path().join("snap"),
+            true,
         )
         .unwrap();
         assert_eq!(

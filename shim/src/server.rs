@@ -83,10 +83,16 @@ struct Container {
     delete_waiters: Vec<Token>,
     /// Delete once the init is reaped, even with nobody waiting (shim termination).
     delete_on_exit: bool,
-    /// A start helper runs.
-    starting: bool,
+    /// A start helper runs, since this time (reported as the start time: the process may
+    /// even have exited before the helper reports).
+    starting: Option<i64>,
     /// A delete helper runs.
     deleting: bool,
+    /// Helpers working on this container; a delete waits until none is left, as libcontainer
+    /// rewrites its state file without a lock.
+    helpers: u32,
+    /// A delete waits for `helpers` to reach 0.
+    delete_queued: bool,
 }
 
 impl Container {
@@ -175,6 +181,7 @@ enum HelperPurpose {
 struct PendingHelper {
     pid: i32,
     chan: OwnedFd,
+    container: String,
     purpose: HelperPurpose,
 }
 
@@ -763,8 +770,10 @@ impl Shim {
                 waiters: Vec::new(),
                 delete_waiters: Vec::new(),
                 delete_on_exit: false,
-                starting: false,
+                starting: None,
                 deleting: false,
+                helpers: 1,
+                delete_queued: false,
             },
         );
         Ok(())
@@ -787,12 +796,16 @@ impl Shim {
         args.extend(rest);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let spawned = helper::spawn(&self.cfg.helper, &argv, stdio)?;
+        if let Some(c) = self.containers.get_mut(id) {
+            c.helpers += 1;
+        }
         let key = self.next();
         self.helpers.insert(
             key,
             PendingHelper {
                 pid: spawned.pid,
                 chan: spawned.chan,
+                container: id.to_owned(),
                 purpose,
             },
         );
@@ -802,20 +815,24 @@ impl Shim {
     fn start(&mut self, token: Token, id: &str) -> Result<(), ShimError> {
         self.refuse_if_stopping()?;
         let c = self.containers.get_mut(id).ok_or_else(|| not_found(id))?;
-        if c.status != ContainerStatus::Created || c.exit.is_some() || c.starting || c.deleting {
+        if c.status != ContainerStatus::Created
+            || c.exit.is_some()
+            || c.starting.is_some()
+            || c.deleting
+        {
             return Err(err(
                 ErrorKind::FailedPrecondition,
                 format!("container {id} is {:?}, not created", c.status),
             ));
         }
-        c.starting = true;
+        c.starting = Some(now_unix_nanos());
         let purpose = HelperPurpose::Start {
             id: id.to_owned(),
             token,
         };
         if let Err(e) = self.spawn_helper(id, vec!["start".to_owned()], [None; 3], purpose) {
             if let Some(c) = self.containers.get_mut(id) {
-                c.starting = false;
+                c.starting = None;
             }
             return Err(err(
                 ErrorKind::Internal,
@@ -831,14 +848,14 @@ impl Shim {
             self.complete(token, response);
             return;
         };
-        c.starting = false;
+        let began = c.starting.take().unwrap_or_else(now_unix_nanos);
         let response = match result {
             Ok(_) => {
                 // An init that died meanwhile is already recorded as stopped.
                 if c.status == ContainerStatus::Created {
                     c.status = ContainerStatus::Running;
                 }
-                c.started_at = Some(now_unix_nanos());
+                c.started_at = Some(began);
                 info!(target: "crius_shim", container = %id, "started");
                 Response::Ok(Reply::Started {
                     pid: c.pid.unwrap_or(0),
@@ -930,7 +947,9 @@ impl Shim {
         Ok(())
     }
 
-    /// SIGKILL the init, and everything else in the container's cgroup through a helper.
+    /// SIGKILL the init. In its own PID namespace that ends every process of the container;
+    /// whatever else is left in its cgroup the delete kills (libcontainer empties the cgroup
+    /// before removing it).
     fn kill_for_delete(&mut self, id: &str) {
         let Some(c) = self.containers.get(id) else {
             return;
@@ -938,14 +957,6 @@ impl Shim {
         if let (true, Some(pid)) = (c.alive(), c.pid) {
             // SAFETY: kill(2) of our unreaped child with SIGKILL.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        let args = vec![
-            "kill".to_owned(),
-            "--signal".to_owned(),
-            libc::SIGKILL.to_string(),
-        ];
-        if let Err(e) = self.spawn_helper(id, args, [None; 3], HelperPurpose::Background) {
-            warn!(target: "crius_shim", container = %id, error = %e, "kill all for delete");
         }
     }
 
@@ -955,6 +966,14 @@ impl Shim {
         let Some(c) = self.containers.get_mut(id) else {
             return;
         };
+        if c.deleting {
+            return;
+        }
+        if c.helpers > 0 {
+            c.delete_queued = true;
+            return;
+        }
+        c.delete_queued = false;
         c.deleting = true;
         let purpose = HelperPurpose::Delete { id: id.to_owned() };
         if let Err(e) = self.spawn_helper(id, vec!["delete".to_owned()], [None; 3], purpose) {
@@ -1111,6 +1130,14 @@ impl Shim {
         let Some(helper) = self.helpers.remove(&key) else {
             return;
         };
+        let mut queued_delete = false;
+        if let Some(c) = self.containers.get_mut(&helper.container) {
+            c.helpers = c.helpers.saturating_sub(1);
+            queued_delete = c.delete_queued && c.helpers == 0;
+        }
+        if queued_delete {
+            self.begin_delete(&helper.container);
+        }
         if let HelperPurpose::Create { id, token } = &helper.purpose {
             self.created(id, *token, result);
             return;

@@ -36,7 +36,8 @@ fn summary(name: &str, mut samples: Vec<Duration>) {
 #[test]
 #[ignore = "benchmark: run explicitly with --ignored --nocapture"]
 fn footprint_and_latency() {
-    let pod = Pod::start("measure");
+    // The default log level, as in production.
+    let pod = Pod::start_logging("measure", "info");
     runtime().block_on(async {
         let client = pod.client().await;
 

@@ -39,8 +39,13 @@ pub struct Pod {
 }
 
 impl Pod {
-    /// Start a shim for a pod named after the test.
+    /// Start a shim for a pod named after the test, logging at debug level.
     pub fn start(name: &str) -> Pod {
+        Pod::start_logging(name, "debug")
+    }
+
+    /// Start a shim for a pod named after the test, logging at `level`.
+    pub fn start_logging(name: &str, level: &str) -> Pod {
         let id = format!("crius-{name}");
         let dir = tempfile::Builder::new()
             .prefix(&format!("crius-shim-{name}-"))
@@ -50,7 +55,7 @@ impl Pod {
         let out = Command::new(SHIM)
             .args(["--id", &id, "--state-dir"])
             .arg(&state)
-            .env("CRIUS_SHIM_LOG", "debug")
+            .env("CRIUS_SHIM_LOG", level)
             .output()
             .unwrap();
         assert!(

@@ -1,14 +1,97 @@
-//! Pod cgroups with the cgroupfs driver: where a pod's cgroup is, and removing it.
+//! Cgroups: where pod and container cgroups are, and reading and changing their limits.
 //!
 //! kubelet names the pod cgroup in `linux.cgroup_parent` and owns it; a client that gives none
 //! (crictl, critest) gets `/crius/<pod-id>`, which crius creates (through libcontainer, as the
 //! parent of the pod's containers) and removes with the pod. Containers, the pause container
 //! included, go one level below, named by their id, as containerd lays them out.
+//!
+//! libcontainer creates the container cgroups from the OCI spec; this module changes them
+//! afterwards (`UpdateContainerResources`, pod-level resources) and reads their usage. The
+//! kernel interface differs between cgroup v1 ([`v1`], one hierarchy per controller) and v2
+//! ([`v2`], one unified tree); [`Hierarchy`] is whichever this host has, found at start from
+//! the mount table: v2 when `/sys/fs/cgroup` itself is cgroup2, else v1 (a hybrid host's
+//! `/sys/fs/cgroup/unified` carries no controllers). With the `systemd` driver, OCI cgroup paths
+//! take systemd's `slice:prefix:name` form ([`systemd`]), which [`fs_path`] turns back into a
+//! cgroupfs path for reading and writing files.
 
+pub mod systemd;
+pub mod v1;
+pub mod v2;
+
+use std::collections::HashMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crius_api::v1::{LinuxContainerResources, PodSandboxConfig};
+
+use crate::config::CgroupDriver;
 
 /// Parent of the pod cgroups crius owns itself.
 pub const CRIUS_PARENT: &str = "/crius";
+
+/// Why reading or changing a cgroup failed. Messages name the file and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// The kernel refused a value (or the file could not be written).
+    #[error("write {value:?} to {}", path.display())]
+    Write {
+        path: PathBuf,
+        value: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: unexpected content {value:?}", path.display())]
+    Parse { path: PathBuf, value: String },
+    /// A requested value that no cgroup could take, found before anything is written.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cgroup controller {0} is not mounted on this host")]
+    NoController(&'static str),
+    #[error("cgroup {0} does not exist")]
+    NotFound(String),
+    #[error("no cgroup hierarchy is mounted: {0}")]
+    Detect(String),
+    #[error("cgroup path {path:?}: {reason}")]
+    BadPath { path: String, reason: &'static str },
+}
+
+pub type Result<T> = std::result::Result<T, CgroupError>;
+
+impl CgroupError {
+    /// Whether the request's values are at fault (the kernel refused them or they cannot fit a
+    /// cgroup at all) rather than the host.
+    pub fn is_invalid_value(&self) -> bool {
+        match self {
+            CgroupError::Invalid(_) => true,
+            CgroupError::Write { source, .. } => matches!(
+                source.raw_os_error(),
+                Some(libc::EINVAL | libc::ERANGE | libc::EBUSY | libc::ENOSPC | libc::EOVERFLOW)
+            ),
+            _ => false,
+        }
+    }
+}
+
+impl From<CgroupError> for crate::error::Error {
+    fn from(e: CgroupError) -> crate::error::Error {
+        use crate::error::Error;
+        match &e {
+            CgroupError::NotFound(_) | CgroupError::NoController(_) => {
+                Error::FailedPrecondition(crate::error::chain(&e))
+            }
+            CgroupError::BadPath { .. } => Error::InvalidArgument(crate::error::chain(&e)),
+            _ if e.is_invalid_value() => Error::InvalidArgument(crate::error::chain(&e)),
+            _ => Error::internal("cgroup", e),
+        }
+    }
+}
 
 /// The pod cgroup: the one kubelet sent, else crius's own.
 pub fn pod_cgroup(cgroup_parent: &str, pod_id: &str) -> String {
@@ -26,9 +109,76 @@ pub fn container_cgroup(pod_cgroup: &str, container_id: &str) -> String {
     format!("{}/{}", pod_cgroup.trim_end_matches('/'), container_id)
 }
 
+/// The pod cgroup under `driver`: with cgroupfs as [`pod_cgroup`]; with systemd the pod's
+/// slice name (kubelet's `kubepods-besteffort-pod<uid>.slice`, or `crius-<pod-id>.slice` when
+/// the client sent no parent).
+pub fn pod_cgroup_for(driver: CgroupDriver, cgroup_parent: &str, pod_id: &str) -> Result<String> {
+    match driver {
+        CgroupDriver::Cgroupfs => Ok(pod_cgroup(cgroup_parent, pod_id)),
+        CgroupDriver::Systemd => systemd::pod_slice(cgroup_parent, pod_id),
+    }
+}
+
+/// The OCI `linux.cgroupsPath` of a container (or the pause container) of a pod whose cgroup
+/// is `pod_cgroup` (as [`pod_cgroup_for`] gave it): a cgroupfs path, or `slice:crius:<id>` as
+/// containerd writes it for libcontainer's systemd manager.
+pub fn container_cgroups_path(
+    driver: CgroupDriver,
+    pod_cgroup: &str,
+    container_id: &str,
+) -> String {
+    match driver {
+        CgroupDriver::Cgroupfs => container_cgroup(pod_cgroup, container_id),
+        CgroupDriver::Systemd => systemd::container_path(pod_cgroup, container_id),
+    }
+}
+
+/// The cgroupfs path (absolute, relative to a hierarchy's root) of a cgroup named in any of
+/// the forms above: a cgroupfs path as is, a systemd slice name or `slice:prefix:name` expanded.
+/// Refuses `..` components, which would leave the hierarchy.
+pub fn fs_path(cgroup: &str) -> Result<String> {
+    let path = if cgroup.starts_with('/') {
+        cgroup.trim_end_matches('/').to_string()
+    } else if cgroup.contains(':') {
+        systemd::to_fs_path(cgroup)?
+    } else if cgroup.ends_with(".slice") {
+        systemd::expand_slice(cgroup)?
+    } else {
+        format!("/{}", cgroup.trim_end_matches('/'))
+    };
+    if path.split('/').any(|c| c == "..") {
+        return Err(CgroupError::BadPath {
+            path: cgroup.to_string(),
+            reason: "`..` is not allowed",
+        });
+    }
+    Ok(if path.is_empty() {
+        "/".to_string()
+    } else {
+        path
+    })
+}
+
+/// Whether crius can run with `driver`. Creating cgroups through systemd needs libcontainer's
+/// `systemd` feature (D-Bus calls to systemd), which this build does not enable, and the shim
+/// refuses non-absolute cgroup paths: the daemon should refuse to start with this error rather
+/// than fail on every pod.
+pub fn check_driver(driver: CgroupDriver) -> Result<()> {
+    match driver {
+        CgroupDriver::Cgroupfs => Ok(()),
+        CgroupDriver::Systemd => Err(CgroupError::Invalid(
+            "cgroup driver \"systemd\" is not supported by this build: creating cgroups \
+             through systemd needs libcontainer's systemd feature, which is not enabled; \
+             set [cgroup] driver = \"cgroupfs\" (and kubelet's cgroupDriver to match)"
+                .to_string(),
+        )),
+    }
+}
+
 /// Whether crius created this pod cgroup (and so must remove it).
 pub fn owned_by_crius(pod_cgroup: &str) -> bool {
     pod_cgroup.starts_with(&format!("{CRIUS_PARENT}/"))
+        || (pod_cgroup.starts_with(systemd::CRIUS_SLICE_PREFIX) && pod_cgroup.ends_with(".slice"))
 }
 
 /// Every cgroup hierarchy mounted on this host (each v1 controller and the v2 tree).
@@ -36,23 +186,84 @@ pub fn hierarchies() -> Vec<PathBuf> {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
     };
-    info.lines()
+    cgroup_mounts(&info)
+        .into_iter()
+        .map(|m| m.mount_point)
+        .collect()
+}
+
+/// One cgroup filesystem in the mount table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CgroupMount {
+    mount_point: PathBuf,
+    /// `cgroup2`, or `cgroup` (v1).
+    fstype: String,
+    /// v1 controllers of the hierarchy (from the super options), e.g. `["cpu", "cpuacct"]`.
+    controllers: Vec<String>,
+}
+
+/// The cgroup mounts listed in the text of `/proc/self/mountinfo`.
+fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
+    mountinfo
+        .lines()
         .filter_map(|l| {
             let (left, right) = l.split_once(" - ")?;
-            let fstype = right.split(' ').next()?;
+            let mut right = right.split(' ');
+            let fstype = right.next()?;
             if fstype != "cgroup" && fstype != "cgroup2" {
                 return None;
             }
-            left.split(' ').nth(4).map(PathBuf::from)
+            let super_opts = right.nth(1).unwrap_or("");
+            let controllers = if fstype == "cgroup" {
+                super_opts
+                    .split(',')
+                    .filter(|o| v1::CONTROLLERS.contains(o))
+                    .map(str::to_string)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let mount_point = left.split(' ').nth(4)?;
+            Some(CgroupMount {
+                mount_point: PathBuf::from(unescape_mount_path(mount_point)),
+                fstype: fstype.to_string(),
+                controllers,
+            })
         })
         .collect()
 }
 
-/// Removes `cgroup` (an absolute cgroup path) and everything below it in every hierarchy,
-/// leaf first. A cgroup that still has processes cannot be removed: that is reported, the rest
-/// is still removed. Missing directories are fine.
-pub fn remove(cgroup: &str) -> Result<(), std::io::Error> {
-    let rel = cgroup.trim_start_matches('/');
+/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
+fn unescape_mount_path(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)))
+            .map(|d| d.iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0')));
+        match octal.and_then(|v| u8::try_from(v).ok()) {
+            Some(v) => {
+                out.push(v);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Removes `cgroup` (an absolute cgroup path, or a systemd name [`fs_path`] expands) and
+/// everything below it in every hierarchy, leaf first. A cgroup that still has processes cannot
+/// be removed: that is reported, the rest is still removed. Missing directories are fine.
+pub fn remove(cgroup: &str) -> std::result::Result<(), std::io::Error> {
+    let path = fs_path(cgroup)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let rel = path.trim_start_matches('/');
     if rel.is_empty() {
         return Ok(());
     }
@@ -68,7 +279,7 @@ pub fn remove(cgroup: &str) -> Result<(), std::io::Error> {
     }
 }
 
-fn remove_tree(dir: &Path) -> Result<(), std::io::Error> {
+fn remove_tree(dir: &Path) -> std::result::Result<(), std::io::Error> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -97,9 +308,471 @@ pub fn remove_parent_if_empty() {
     }
 }
 
+/// Which cgroup version a [`Hierarchy`] speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One hierarchy per controller (also a hybrid host, whose v2 tree has no controllers).
+    V1,
+    /// The unified hierarchy.
+    V2,
+}
+
+/// The cgroup filesystems of a host, able to apply limits to a cgroup, read them back and read
+/// its usage. Cgroups are named by their cgroupfs path (see [`fs_path`]).
+#[derive(Debug, Clone)]
+pub enum Hierarchy {
+    V1(v1::V1),
+    V2(v2::V2),
+}
+
+impl Hierarchy {
+    /// This host's cgroups, detected once from the mount table.
+    pub fn host() -> Result<&'static Hierarchy> {
+        static HOST: OnceLock<std::result::Result<Hierarchy, String>> = OnceLock::new();
+        HOST.get_or_init(|| {
+            let info = std::fs::read_to_string("/proc/self/mountinfo")
+                .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
+            Hierarchy::from_mountinfo(&info).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| CgroupError::Detect(e.clone()))
+    }
+
+    /// The hierarchy described by the text of `/proc/self/mountinfo`: v2 when
+    /// `/sys/fs/cgroup` is cgroup2, else the v1 controllers, else a cgroup2 mounted elsewhere.
+    pub fn from_mountinfo(mountinfo: &str) -> Result<Hierarchy> {
+        let mounts = cgroup_mounts(mountinfo);
+        let unified = |m: &&CgroupMount| m.fstype == "cgroup2";
+        if let Some(m) = mounts
+            .iter()
+            .filter(unified)
+            .find(|m| m.mount_point == Path::new("/sys/fs/cgroup"))
+        {
+            return Ok(Hierarchy::V2(v2::V2::new(&m.mount_point)));
+        }
+        let controllers: HashMap<String, PathBuf> = mounts
+            .iter()
+            .filter(|m| m.fstype == "cgroup")
+            .flat_map(|m| {
+                m.controllers
+                    .iter()
+                    .map(move |c| (c.clone(), m.mount_point.clone()))
+            })
+            .collect();
+        if !controllers.is_empty() {
+            return Ok(Hierarchy::V1(v1::V1::new(controllers)));
+        }
+        match mounts.iter().find(unified) {
+            Some(m) => Ok(Hierarchy::V2(v2::V2::new(&m.mount_point))),
+            None => Err(CgroupError::Detect(
+                "no cgroup or cgroup2 filesystem in /proc/self/mountinfo".to_string(),
+            )),
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        match self {
+            Hierarchy::V1(_) => Mode::V1,
+            Hierarchy::V2(_) => Mode::V2,
+        }
+    }
+
+    /// Whether the cgroup exists (in the memory hierarchy on v1).
+    pub fn exists(&self, cgroup: &str) -> bool {
+        match self {
+            Hierarchy::V1(h) => h.exists(cgroup),
+            Hierarchy::V2(h) => h.exists(cgroup),
+        }
+    }
+
+    /// Writes every set field of `r` into the existing cgroup, all or nothing: the values are
+    /// checked first, each file's old value is read before it is written, and when the kernel
+    /// refuses a value the files already written get their old values back. Zero and empty
+    /// fields are left as they are (CRI's "not set"); `oom_score_adj` is a process setting and
+    /// is ignored here.
+    pub fn apply(&self, cgroup: &str, r: &LinuxContainerResources) -> Result<()> {
+        validate(r, self.mode())?;
+        if !self.exists(cgroup) {
+            return Err(CgroupError::NotFound(cgroup.to_string()));
+        }
+        let mut tx = Transaction::default();
+        let result = match self {
+            Hierarchy::V1(h) => h.apply(&mut tx, cgroup, r),
+            Hierarchy::V2(h) => h.apply(&mut tx, cgroup, r),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tx.rollback();
+                Err(e)
+            }
+        }
+    }
+
+    /// The limits in force in the cgroup, in CRI terms (unlimited reads as 0, "not set";
+    /// an unlimited CPU quota as -1). `unified` stays empty.
+    pub fn read(&self, cgroup: &str) -> Result<LinuxContainerResources> {
+        if !self.exists(cgroup) {
+            return Err(CgroupError::NotFound(cgroup.to_string()));
+        }
+        match self {
+            Hierarchy::V1(h) => h.read(cgroup),
+            Hierarchy::V2(h) => h.read(cgroup),
+        }
+    }
+
+    /// Usage of the cgroup and everything below it.
+    pub fn stats(&self, cgroup: &str) -> Result<CgroupStats> {
+        if !self.exists(cgroup) {
+            return Err(CgroupError::NotFound(cgroup.to_string()));
+        }
+        match self {
+            Hierarchy::V1(h) => h.stats(cgroup),
+            Hierarchy::V2(h) => h.stats(cgroup),
+        }
+    }
+}
+
+/// What a cgroup has used. A field is `None` when this host cannot tell (controller not
+/// mounted or not enabled, an old kernel without the file).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupStats {
+    /// CPU time of all its tasks, nanoseconds (v1 `cpuacct.usage`, v2 `cpu.stat` usage_usec).
+    pub cpu_usage_ns: Option<u64>,
+    pub memory: Option<MemoryStats>,
+    /// Tasks (threads) in it (`pids.current`).
+    pub pids: Option<u64>,
+}
+
+/// Memory of a cgroup, in bytes unless said otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    pub usage: u64,
+    /// `usage - inactive_file` (not below 0), as kubelet and cAdvisor define it.
+    pub working_set: u64,
+    /// Anonymous memory (v1 `total_rss`, v2 `anon`).
+    pub rss: u64,
+    /// Page fault counts.
+    pub page_faults: u64,
+    pub major_page_faults: u64,
+    /// `None` when unlimited.
+    pub limit: Option<u64>,
+    pub swap_usage: Option<u64>,
+    /// Swap the cgroup may use (v2 `memory.swap.max`; v1 memsw limit minus memory limit);
+    /// `None` when unlimited or unknown.
+    pub swap_limit: Option<u64>,
+    /// Times the OOM killer was invoked for the cgroup (v2 `memory.events` oom; v1 has no such
+    /// counter: same as `oom_kills`).
+    pub oom_events: Option<u64>,
+    /// Processes the OOM killer killed in it (`oom_kill`, kernels from 4.13 on v1).
+    pub oom_kills: Option<u64>,
+}
+
+impl MemoryStats {
+    /// Limit minus working set, when there is a limit.
+    pub fn available(&self) -> Option<u64> {
+        self.limit.map(|l| l.saturating_sub(self.working_set))
+    }
+}
+
+/// Values at or above this are "no limit" (the kernel reports its page-counter maximum, e.g.
+/// 9223372036854771712 on v1).
+const UNLIMITED: u64 = 1 << 62;
+
+pub(crate) fn limit_or_none(v: u64) -> Option<u64> {
+    (v < UNLIMITED).then_some(v)
+}
+
+/// Checks what no cgroup could take before anything is written.
+fn validate(r: &LinuxContainerResources, mode: Mode) -> Result<()> {
+    let invalid = |m: String| Err(CgroupError::Invalid(m));
+    if r.cpu_shares < 0 {
+        return invalid(format!("cpu_shares {} is negative", r.cpu_shares));
+    }
+    if r.cpu_period < 0 {
+        return invalid(format!("cpu_period {} is negative", r.cpu_period));
+    }
+    if r.cpu_quota < -1 {
+        return invalid(format!(
+            "cpu_quota {} is negative (only -1, unlimited, is allowed)",
+            r.cpu_quota
+        ));
+    }
+    if r.memory_limit_in_bytes < -1 {
+        return invalid(format!(
+            "memory_limit_in_bytes {} is negative (only -1, unlimited, is allowed)",
+            r.memory_limit_in_bytes
+        ));
+    }
+    if r.memory_swap_limit_in_bytes < -1 {
+        return invalid(format!(
+            "memory_swap_limit_in_bytes {} is negative (only -1, unlimited, is allowed)",
+            r.memory_swap_limit_in_bytes
+        ));
+    }
+    for h in &r.hugepage_limits {
+        if h.page_size.is_empty() || !h.page_size.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return invalid(format!(
+                "hugepage_limits: invalid page size {:?}",
+                h.page_size
+            ));
+        }
+    }
+    if !r.unified.is_empty() && mode == Mode::V1 {
+        let mut keys: Vec<&String> = r.unified.keys().collect();
+        keys.sort();
+        return invalid(format!(
+            "unified {keys:?}: cgroup v2 settings cannot be applied on this cgroup v1 host"
+        ));
+    }
+    for key in r.unified.keys() {
+        if key.is_empty()
+            || key.contains('/')
+            || key.starts_with('.')
+            || !key.contains('.')
+            || matches!(
+                key.as_str(),
+                "cgroup.procs" | "cgroup.threads" | "cgroup.subtree_control" | "cgroup.kill"
+            )
+        {
+            return invalid(format!("unified key {key:?} is not a cgroup setting"));
+        }
+    }
+    Ok(())
+}
+
+/// Writes to cgroup files that can be undone: each file's old content is read before its
+/// first write, and [`Transaction::rollback`] writes those back, newest first (so a v1 memory
+/// limit and memsw limit are restored in an order the kernel accepts).
+#[derive(Debug, Default)]
+pub(crate) struct Transaction {
+    undo: Vec<(PathBuf, String)>,
+}
+
+impl Transaction {
+    /// Writes `value` to `path`; the error names both.
+    pub(crate) fn write(&mut self, path: PathBuf, value: &str) -> Result<()> {
+        // A file that cannot be read (write-only, e.g. memory.reclaim) has nothing to restore.
+        let old = std::fs::read_to_string(&path).ok();
+        write_file(&path, value).map_err(|source| CgroupError::Write {
+            path: path.clone(),
+            value: value.to_string(),
+            source,
+        })?;
+        if let Some(old) = old {
+            self.undo
+                .push((path, old.trim_end_matches('\n').to_string()));
+        }
+        Ok(())
+    }
+
+    /// Puts the old values back, newest first; failures are logged, the rest still restored.
+    pub(crate) fn rollback(self) {
+        for (path, old) in self.undo.into_iter().rev() {
+            if let Err(e) = write_file(&path, &old) {
+                tracing::error!(
+                    "restore {} to {old:?} after a failed update: {e}",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+/// One write(2) of `value` to an existing cgroup file (O_TRUNC as runc opens them, which also
+/// makes the fake trees of the tests behave). An empty value is written as a newline (an empty
+/// write would not reach the kernel handler).
+pub(crate) fn write_file(path: &Path, value: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)?;
+    let data = if value.is_empty() { "\n" } else { value };
+    f.write_all(data.as_bytes())
+}
+
+pub(crate) fn read_string(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|source| CgroupError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// The content of a file that may be missing (a controller the kernel lacks).
+pub(crate) fn read_optional(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s.trim().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(CgroupError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+pub(crate) fn parse<T: std::str::FromStr>(path: &Path, text: &str) -> Result<T> {
+    text.trim().parse().map_err(|_| CgroupError::Parse {
+        path: path.to_path_buf(),
+        value: text.to_string(),
+    })
+}
+
+pub(crate) fn read_u64(path: &Path) -> Result<u64> {
+    parse(path, &read_string(path)?)
+}
+
+pub(crate) fn read_u64_optional(path: &Path) -> Result<Option<u64>> {
+    read_optional(path)?.map(|t| parse(path, &t)).transpose()
+}
+
+/// A "flat keyed" file (`memory.stat`, `cpu.stat`, `memory.events`): `key value` per line.
+/// Lines whose value is not a number are skipped.
+pub(crate) fn flat_keyed(text: &str) -> HashMap<&str, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k, v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// `new` over `old` as `UpdateContainerResources` means it (containerd's reading): a zero or
+/// empty field keeps the old value; hugepage limits replace those of the same page size;
+/// unified keys are added or replaced one by one. `oom_score_adj` keeps the old value: it
+/// belongs to the process and is not changed by an update.
+pub fn merge_resources(
+    old: &LinuxContainerResources,
+    new: &LinuxContainerResources,
+) -> LinuxContainerResources {
+    let pick = |n: i64, o: i64| if n != 0 { n } else { o };
+    let pick_str = |n: &String, o: &String| if n.is_empty() { o.clone() } else { n.clone() };
+    let mut hugepage_limits = old.hugepage_limits.clone();
+    for h in &new.hugepage_limits {
+        match hugepage_limits
+            .iter_mut()
+            .find(|o| o.page_size == h.page_size)
+        {
+            Some(o) => o.limit = h.limit,
+            None => hugepage_limits.push(h.clone()),
+        }
+    }
+    let mut unified = old.unified.clone();
+    unified.extend(new.unified.iter().map(|(k, v)| (k.clone(), v.clone())));
+    LinuxContainerResources {
+        cpu_period: pick(new.cpu_period, old.cpu_period),
+        cpu_quota: pick(new.cpu_quota, old.cpu_quota),
+        cpu_shares: pick(new.cpu_shares, old.cpu_shares),
+        memory_limit_in_bytes: pick(new.memory_limit_in_bytes, old.memory_limit_in_bytes),
+        memory_swap_limit_in_bytes: pick(
+            new.memory_swap_limit_in_bytes,
+            old.memory_swap_limit_in_bytes,
+        ),
+        oom_score_adj: old.oom_score_adj,
+        cpuset_cpus: pick_str(&new.cpuset_cpus, &old.cpuset_cpus),
+        cpuset_mems: pick_str(&new.cpuset_mems, &old.cpuset_mems),
+        hugepage_limits,
+        unified,
+    }
+}
+
+/// The CFS period assumed when a quota comes without one (the kernel's default).
+pub const DEFAULT_CPU_PERIOD: i64 = 100_000;
+
+/// The limits of a pod cgroup from `PodSandboxConfig.linux`: `resources` (the sum of the
+/// containers' resources, as kubelet computes it) plus `overhead` (what the sandbox itself
+/// costs). A limit the containers leave unlimited stays unlimited: the overhead only raises
+/// existing limits; shares and hugepage limits add up; an overhead quota is converted to the
+/// resources' period. cpuset and unified come from `resources`.
+pub fn pod_limits(
+    resources: Option<&LinuxContainerResources>,
+    overhead: Option<&LinuxContainerResources>,
+) -> LinuxContainerResources {
+    let zero = LinuxContainerResources::default();
+    let r = resources.unwrap_or(&zero);
+    let o = overhead.unwrap_or(&zero);
+    let mut out = LinuxContainerResources {
+        cpuset_cpus: r.cpuset_cpus.clone(),
+        cpuset_mems: r.cpuset_mems.clone(),
+        unified: r.unified.clone(),
+        ..Default::default()
+    };
+    if r.cpu_shares > 0 || o.cpu_shares > 0 {
+        out.cpu_shares = r.cpu_shares.max(0) + o.cpu_shares.max(0);
+    }
+    if r.cpu_quota > 0 {
+        let period = if r.cpu_period > 0 {
+            r.cpu_period
+        } else {
+            DEFAULT_CPU_PERIOD
+        };
+        let o_period = if o.cpu_period > 0 {
+            o.cpu_period
+        } else {
+            DEFAULT_CPU_PERIOD
+        };
+        let extra = if o.cpu_quota > 0 {
+            // i128: quota * period can exceed i64 for absurd inputs.
+            i64::try_from(i128::from(o.cpu_quota) * i128::from(period) / i128::from(o_period))
+                .unwrap_or(i64::MAX)
+        } else {
+            0
+        };
+        out.cpu_quota = r.cpu_quota.saturating_add(extra);
+        out.cpu_period = period;
+    } else if r.cpu_quota == -1 {
+        out.cpu_quota = -1;
+    }
+    if r.memory_limit_in_bytes > 0 {
+        out.memory_limit_in_bytes = r
+            .memory_limit_in_bytes
+            .saturating_add(o.memory_limit_in_bytes.max(0));
+    } else if r.memory_limit_in_bytes == -1 {
+        out.memory_limit_in_bytes = -1;
+    }
+    if r.memory_swap_limit_in_bytes > 0 {
+        out.memory_swap_limit_in_bytes = r
+            .memory_swap_limit_in_bytes
+            .saturating_add(o.memory_limit_in_bytes.max(0));
+    } else if r.memory_swap_limit_in_bytes == -1 {
+        out.memory_swap_limit_in_bytes = -1;
+    }
+    out.hugepage_limits = r.hugepage_limits.clone();
+    for h in &o.hugepage_limits {
+        if let Some(x) = out
+            .hugepage_limits
+            .iter_mut()
+            .find(|x| x.page_size == h.page_size)
+        {
+            x.limit = x.limit.saturating_add(h.limit);
+        }
+    }
+    out
+}
+
+/// Applies a pod's `linux.resources` + `linux.overhead` (see [`pod_limits`]) to its cgroup
+/// (`pod_cgroup` as the pod record holds it). Nothing is written when neither is set. Call it
+/// once the pod cgroup exists: in `RunPodSandbox` after the shim has created the pause
+/// container (libcontainer makes the pod cgroup as its parent) and before starting it.
+pub fn apply_pod_resources(pod_cgroup: &str, config: &PodSandboxConfig) -> Result<()> {
+    let linux = config.linux.as_ref();
+    let resources = linux.and_then(|l| l.resources.as_ref());
+    let overhead = linux.and_then(|l| l.overhead.as_ref());
+    if resources.is_none() && overhead.is_none() {
+        return Ok(());
+    }
+    let limits = pod_limits(resources, overhead);
+    if limits == LinuxContainerResources::default() {
+        return Ok(());
+    }
+    Hierarchy::host()?.apply(&fs_path(pod_cgroup)?, &limits)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crius_api::v1::{HugepageLimit, LinuxPodSandboxConfig};
 
     #[test]
     fn pod_cgroup_from_parent_or_own() {
@@ -122,5 +795,170 @@ mod tests {
         remove_tree(&a).unwrap();
         assert!(!a.exists());
         remove_tree(&a).unwrap();
+    }
+
+    const HYBRID: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn hybrid_host_is_v1_with_each_controller() {
+        let h = Hierarchy::from_mountinfo(HYBRID).unwrap();
+        assert_eq!(h.mode(), Mode::V1);
+        let Hierarchy::V1(v1) = h else { unreachable!() };
+        assert_eq!(
+            v1.mount("cpuacct"),
+            Some(Path::new("/sys/fs/cgroup/cpu,cpuacct"))
+        );
+        assert_eq!(v1.mount("cpu"), v1.mount("cpuacct"));
+        assert_eq!(v1.mount("memory"), Some(Path::new("/sys/fs/cgroup/memory")));
+        assert_eq!(v1.mount("hugetlb"), None);
+        assert_eq!(
+            v1.dir("memory", "/crius/p/c"),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/crius/p/c"))
+        );
+        assert_eq!(cgroup_mounts(HYBRID).len(), 5);
+    }
+
+    #[test]
+    fn unified_host_is_v2() {
+        let info = "30 23 0:27 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        let h = Hierarchy::from_mountinfo(info).unwrap();
+        assert_eq!(h.mode(), Mode::V2);
+        let Hierarchy::V2(v2) = h else { unreachable!() };
+        assert_eq!(v2.dir("/crius/p"), PathBuf::from("/sys/fs/cgroup/crius/p"));
+        assert!(Hierarchy::from_mountinfo("1 0 0:1 / / rw - ext4 /dev/sda rw\n").is_err());
+    }
+
+    #[test]
+    fn mount_paths_are_unescaped() {
+        assert_eq!(unescape_mount_path("/a\\040b"), "/a b");
+        assert_eq!(unescape_mount_path("/a\\\\"), "/a\\\\");
+        assert_eq!(unescape_mount_path("/x\\0"), "/x\\0");
+    }
+
+    #[test]
+    fn unified_is_refused_on_v1_before_any_write() {
+        let r = LinuxContainerResources {
+            unified: [("memory.high".to_string(), "1".to_string())].into(),
+            ..Default::default()
+        };
+        let err = validate(&r, Mode::V1).unwrap_err();
+        assert!(err.is_invalid_value());
+        assert!(err.to_string().contains("cgroup v1"), "{err}");
+        validate(&r, Mode::V2).unwrap();
+        let neg = LinuxContainerResources {
+            cpu_quota: -5,
+            ..Default::default()
+        };
+        assert!(validate(&neg, Mode::V2).is_err());
+    }
+
+    #[test]
+    fn merge_keeps_what_the_update_leaves_unset() {
+        let old = LinuxContainerResources {
+            cpu_shares: 512,
+            cpu_quota: 50_000,
+            cpu_period: 100_000,
+            memory_limit_in_bytes: 64 << 20,
+            oom_score_adj: 1000,
+            cpuset_cpus: "0".into(),
+            hugepage_limits: vec![HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 2 << 20,
+            }],
+            unified: [("memory.high".to_string(), "1".to_string())].into(),
+            ..Default::default()
+        };
+        let new = LinuxContainerResources {
+            memory_limit_in_bytes: 128 << 20,
+            oom_score_adj: -5,
+            hugepage_limits: vec![
+                HugepageLimit {
+                    page_size: "2MB".into(),
+                    limit: 4 << 20,
+                },
+                HugepageLimit {
+                    page_size: "1GB".into(),
+                    limit: 0,
+                },
+            ],
+            unified: [("pids.max".to_string(), "10".to_string())].into(),
+            ..Default::default()
+        };
+        let m = merge_resources(&old, &new);
+        assert_eq!(m.memory_limit_in_bytes, 128 << 20);
+        assert_eq!(
+            (m.cpu_shares, m.cpu_quota, m.cpu_period),
+            (512, 50_000, 100_000)
+        );
+        assert_eq!(m.oom_score_adj, 1000);
+        assert_eq!(m.cpuset_cpus, "0");
+        assert_eq!(m.hugepage_limits.len(), 2);
+        assert_eq!(m.hugepage_limits[0].limit, 4 << 20);
+        assert_eq!(m.unified.len(), 2);
+    }
+
+    #[test]
+    fn pod_limits_add_the_overhead_to_set_limits() {
+        let resources = LinuxContainerResources {
+            cpu_shares: 1024,
+            cpu_quota: 100_000,
+            cpu_period: 100_000,
+            memory_limit_in_bytes: 256 << 20,
+            ..Default::default()
+        };
+        let overhead = LinuxContainerResources {
+            cpu_shares: 100,
+            cpu_quota: 5_000,
+            cpu_period: 50_000,
+            memory_limit_in_bytes: 32 << 20,
+            ..Default::default()
+        };
+        let p = pod_limits(Some(&resources), Some(&overhead));
+        assert_eq!(p.cpu_shares, 1124);
+        assert_eq!((p.cpu_quota, p.cpu_period), (110_000, 100_000));
+        assert_eq!(p.memory_limit_in_bytes, 288 << 20);
+        // Unlimited containers: the overhead does not invent a limit.
+        let p = pod_limits(None, Some(&overhead));
+        assert_eq!((p.cpu_quota, p.memory_limit_in_bytes), (0, 0));
+        assert_eq!(p.cpu_shares, 100);
+        assert_eq!(pod_limits(None, None), LinuxContainerResources::default());
+    }
+
+    #[test]
+    fn pod_without_resources_writes_nothing() {
+        let config = PodSandboxConfig {
+            linux: Some(LinuxPodSandboxConfig::default()),
+            ..Default::default()
+        };
+        // No hierarchy is touched: the cgroup does not even exist.
+        apply_pod_resources("/crius/none-such-pod", &config).unwrap();
+    }
+
+    #[test]
+    fn errors_map_to_statuses() {
+        use crate::error::Error;
+        let refused = CgroupError::Write {
+            path: "/sys/fs/cgroup/cpuset/x/cpuset.cpus".into(),
+            value: "0-63".into(),
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        };
+        let e: Error = refused.into();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains("cpuset.cpus"), "{e}");
+        let e: Error = CgroupError::NotFound("/crius/x".into()).into();
+        assert!(matches!(e, Error::FailedPrecondition(_)));
+        let e: Error = CgroupError::Read {
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(libc::EIO),
+        }
+        .into();
+        assert!(matches!(e, Error::Internal { .. }));
     }
 }

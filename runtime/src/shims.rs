@@ -2,8 +2,10 @@
 //! and the clients of their control sockets.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crius_api::shim::{Client, CONTROL_SOCKET};
@@ -14,11 +16,31 @@ use crate::error::{Error, Result};
 /// How long a shim may take to report ready.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Longest path a unix socket address holds (`sun_path` is 108 bytes with the NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// A connected shim client. Derefs to the [`Client`]; when the socket path is too long for a
+/// socket address, the client connects through `/proc/self/fd/<dir>/control.sock` and this
+/// handle keeps that directory open for as long as any clone of it is in use.
+#[derive(Debug, Clone)]
+pub struct ShimClient {
+    client: Client,
+    _dir: Option<Arc<File>>,
+}
+
+impl std::ops::Deref for ShimClient {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
 /// The shims of this node, by pod id.
 pub struct Shims {
     binary: PathBuf,
     dir: PathBuf,
-    clients: Mutex<HashMap<String, Client>>,
+    clients: Mutex<HashMap<String, ShimClient>>,
 }
 
 impl Shims {
@@ -59,7 +81,7 @@ impl Shims {
 
     /// Starts the shim of `pod_id` and connects to it. The shim detaches: it is not our child
     /// once the command returns, and outlives crius.
-    pub async fn start(&self, pod_id: &str) -> Result<Client> {
+    pub async fn start(&self, pod_id: &str) -> Result<ShimClient> {
         let dir = self.state_dir(pod_id);
         let mut cmd = Command::new(&self.binary);
         cmd.arg("--id")
@@ -91,17 +113,17 @@ impl Shims {
                 source: None,
             });
         }
-        let client = Client::connect(dir.join(CONTROL_SOCKET)).await?;
+        let client = connect(&dir).await?;
         self.lock().insert(pod_id.to_string(), client.clone());
         Ok(client)
     }
 
     /// The client of a pod's running shim, connecting on first use (after a crius restart).
-    pub async fn get(&self, pod_id: &str) -> Result<Client> {
+    pub async fn get(&self, pod_id: &str) -> Result<ShimClient> {
         if let Some(c) = self.lock().get(pod_id) {
             return Ok(c.clone());
         }
-        let client = Client::connect(self.state_dir(pod_id).join(CONTROL_SOCKET)).await?;
+        let client = connect(&self.state_dir(pod_id)).await?;
         self.lock().insert(pod_id.to_string(), client.clone());
         Ok(client)
     }
@@ -136,9 +158,28 @@ impl Shims {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ShimClient>> {
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Connects to the control socket in a shim's state dir, through an open fd of the dir when
+/// the path does not fit a socket address (the shim binds it by a relative name).
+async fn connect(dir: &Path) -> Result<ShimClient> {
+    let socket = dir.join(CONTROL_SOCKET);
+    if socket.as_os_str().len() <= MAX_SOCKET_PATH {
+        return Ok(ShimClient {
+            client: Client::connect(socket).await?,
+            _dir: None,
+        });
+    }
+    let handle = File::open(dir)
+        .map_err(|e| Error::internal(format!("open shim dir {}", dir.display()), e))?;
+    let short = format!("/proc/self/fd/{}/{CONTROL_SOCKET}", handle.as_raw_fd());
+    Ok(ShimClient {
+        client: Client::connect(short).await?,
+        _dir: Some(Arc::new(handle)),
+    })
 }
 
 /// Whether a process exists (and is not a zombie we could reap: shims are not our children).

@@ -1,0 +1,476 @@
+//! Pod sandboxes end to end: lifecycle, name reservation, unknown ids, bad requests and the
+//! bridge network, against a real crius with real CNI plugins. Run as root.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use common::{assert_status, Env};
+use crius_api::v1::*;
+use tonic::Code;
+
+#[tokio::test]
+async fn pod_lifecycle_on_the_host_network() {
+    let mut env = Env::new(10).await;
+    let config = env.pod_config("lifecycle", true);
+    let id = env.run_pod(config.clone()).await;
+    let other_config = env.pod_config("other", true);
+    let other = env.run_pod(other_config).await;
+
+    let status = env.pod_status(&id).await;
+    assert_eq!(status.id, id);
+    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
+    assert_eq!(status.metadata, config.metadata);
+    assert_eq!(status.labels, config.labels);
+    assert!(status.created_at > 0);
+    let ns = status.linux.unwrap().namespaces.unwrap().options.unwrap();
+    assert_eq!(ns.network, NamespaceMode::Node as i32);
+    assert_eq!(ns.pid, NamespaceMode::Pod as i32);
+    // A host-network pod has no pod IP of its own.
+    assert_eq!(status.network.unwrap().ip, "");
+
+    // The pause process runs in the pod's cgroup.
+    let procs = common::processes_of_pod(&id);
+    assert!(procs.len() >= 2, "shim and pause expected, found {procs:?}");
+
+    // Filters: id prefix, state, labels.
+    let ids = |pods: Vec<PodSandbox>| pods.into_iter().map(|p| p.id).collect::<Vec<_>>();
+    let all = ids(env.list_pods(PodSandboxFilter::default()).await);
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0], other, "newest first");
+    let by_prefix = env
+        .list_pods(PodSandboxFilter {
+            id: id[..12].to_string(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ids(by_prefix), vec![id.clone()]);
+    let by_label = env
+        .list_pods(PodSandboxFilter {
+            label_selector: [("pod".to_string(), "lifecycle".to_string())].into(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ids(by_label), vec![id.clone()]);
+    let no_label = env
+        .list_pods(PodSandboxFilter {
+            label_selector: [("pod".to_string(), "nope".to_string())].into(),
+            ..Default::default()
+        })
+        .await;
+    assert!(no_label.is_empty());
+
+    // Stop: NotReady, pause gone, idempotent; by a unique id prefix too.
+    env.stop_pod(&id[..12]).await;
+    let status = env.pod_status(&id).await;
+    assert_eq!(status.state, PodSandboxState::SandboxNotready as i32);
+    env.stop_pod(&id).await;
+    let not_ready = env
+        .list_pods(PodSandboxFilter {
+            state: Some(PodSandboxStateValue {
+                state: PodSandboxState::SandboxNotready as i32,
+            }),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ids(not_ready), vec![id.clone()]);
+    let ready = env
+        .list_pods(PodSandboxFilter {
+            state: Some(PodSandboxStateValue {
+                state: PodSandboxState::SandboxReady as i32,
+            }),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ids(ready), vec![other.clone()]);
+    let procs: Vec<i32> = common::processes_of_pod(&id)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|c| c.contains(&format!("/crius/{id}/{id}")))
+        })
+        .collect();
+    assert!(procs.is_empty(), "pause still runs after stop: {procs:?}");
+
+    // Remove: gone, idempotent.
+    env.remove_pod(&id).await;
+    env.remove_pod(&id).await;
+    assert_status(env.rt().pod_sandbox_status(PodSandboxStatusRequest {
+        pod_sandbox_id: id.clone(),
+        verbose: false,
+    })
+    .await, Code::NotFound, &[&id]);
+    env.assert_pod_gone(&id).await;
+
+    // Remove without a stop first.
+    env.remove_pod(&other).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn pod_name_is_reserved_until_removal() {
+    let mut env = Env::new(11).await;
+    let config = env.pod_config("twin", true);
+    let first = env.run_pod(config.clone()).await;
+    let second = env
+        .rt()
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await;
+    assert_status(
+        second,
+        Code::AlreadyExists,
+        &["twin_crius-e2e_uid-twin_0", &first],
+    );
+    // Another attempt is another name.
+    let mut retry = config.clone();
+    retry.metadata.as_mut().unwrap().attempt = 1;
+    let retried = env.run_pod(retry).await;
+    assert_ne!(retried, first);
+
+    // A stopped pod still holds its name; a removed one frees it.
+    env.stop_pod(&first).await;
+    let again = env
+        .rt()
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await;
+    assert_status(again, Code::AlreadyExists, &[&first]);
+    env.remove_pod(&first).await;
+    let reused = env.run_pod(config).await;
+    assert_ne!(reused, first);
+    for id in [&retried, &reused] {
+        env.remove_pod(id).await;
+    }
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn unknown_ids() {
+    let env = Env::new(12).await;
+    let mut rt = env.rt();
+    let unknown = "0123456789abcdef0123456789abcdef";
+
+    assert_status(
+        rt.pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: unknown.into(),
+            verbose: false,
+        })
+        .await,
+        Code::NotFound,
+        &[unknown],
+    );
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: unknown.into(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: unknown.into(),
+    })
+    .await
+    .unwrap();
+
+    let config = env.container_config("c", &["true"]);
+    assert_status(
+        rt.create_container(CreateContainerRequest {
+            pod_sandbox_id: unknown.into(),
+            config: Some(config),
+            sandbox_config: None,
+        })
+        .await,
+        Code::NotFound,
+        &[unknown],
+    );
+    assert_status(
+        rt.container_status(ContainerStatusRequest {
+            container_id: unknown.into(),
+            verbose: false,
+        })
+        .await,
+        Code::NotFound,
+        &[unknown],
+    );
+    assert_status(
+        rt.start_container(StartContainerRequest {
+            container_id: unknown.into(),
+        })
+        .await,
+        Code::NotFound,
+        &[unknown],
+    );
+    assert_status(
+        env.exec(unknown, &["true"], 5).await,
+        Code::NotFound,
+        &[unknown],
+    );
+    assert_status(
+        rt.reopen_container_log(ReopenContainerLogRequest {
+            container_id: unknown.into(),
+        })
+        .await,
+        Code::NotFound,
+        &[unknown],
+    );
+    rt.stop_container(StopContainerRequest {
+        container_id: unknown.into(),
+        timeout: 1,
+    })
+    .await
+    .unwrap();
+    rt.remove_container(RemoveContainerRequest {
+        container_id: unknown.into(),
+    })
+    .await
+    .unwrap();
+    let listed = env
+        .list_containers(ContainerFilter {
+            pod_sandbox_id: unknown.into(),
+            ..Default::default()
+        })
+        .await;
+    assert!(listed.is_empty());
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn bad_requests_name_the_field() {
+    let mut env = Env::new(13).await;
+    let mut rt = env.rt();
+    let run = |config: Option<PodSandboxConfig>, handler: &str| RunPodSandboxRequest {
+        config,
+        runtime_handler: handler.into(),
+    };
+
+    assert_status(
+        rt.run_pod_sandbox(run(None, "")).await,
+        Code::InvalidArgument,
+        &["config"],
+    );
+    let mut config = env.pod_config("bad", true);
+    config.metadata = None;
+    assert_status(
+        rt.run_pod_sandbox(run(Some(config), "")).await,
+        Code::InvalidArgument,
+        &["config.metadata"],
+    );
+    for (field, clear) in [
+        (
+            "config.metadata.name",
+            (|m: &mut PodSandboxMetadata| m.name.clear()) as fn(&mut PodSandboxMetadata),
+        ),
+        ("config.metadata.namespace", |m| m.namespace.clear()),
+        ("config.metadata.uid", |m| m.uid.clear()),
+    ] {
+        let mut config = env.pod_config("bad", true);
+        clear(config.metadata.as_mut().unwrap());
+        assert_status(
+            rt.run_pod_sandbox(run(Some(config), "")).await,
+            Code::InvalidArgument,
+            &[field],
+        );
+    }
+    assert_status(
+        rt.run_pod_sandbox(run(Some(env.pod_config("bad", true)), "no-such-handler"))
+            .await,
+        Code::InvalidArgument,
+        &["runtime_handler", "no-such-handler"],
+    );
+    // None of those reserved the name.
+    let pod = env.run_pod(env.pod_config("bad", true)).await;
+    let pod_config = env.pod_config("bad", true);
+
+    let create = |config: Option<ContainerConfig>| CreateContainerRequest {
+        pod_sandbox_id: pod.clone(),
+        config,
+        sandbox_config: Some(pod_config.clone()),
+    };
+    assert_status(
+        rt.create_container(create(None)).await,
+        Code::InvalidArgument,
+        &["config"],
+    );
+    let mut config = env.container_config("c", &["true"]);
+    config.metadata = None;
+    assert_status(
+        rt.create_container(create(Some(config))).await,
+        Code::InvalidArgument,
+        &["config.metadata.name"],
+    );
+    let mut config = env.container_config("c", &["true"]);
+    config.image = None;
+    assert_status(
+        rt.create_container(create(Some(config))).await,
+        Code::InvalidArgument,
+        &["config.image.image"],
+    );
+    let mut config = env.container_config("c", &["true"]);
+    config.log_path = "../escape.log".into();
+    assert_status(
+        rt.create_container(create(Some(config))).await,
+        Code::InvalidArgument,
+        &["config.log_path"],
+    );
+    // An image that is not there: NotFound naming it.
+    let mut config = env.container_config("c", &["true"]);
+    config.image.as_mut().unwrap().image = "127.0.0.1:1/crius-test/absent:latest".into();
+    assert_status(
+        rt.create_container(create(Some(config))).await,
+        Code::NotFound,
+        &["crius-test/absent"],
+    );
+    assert_status(
+        rt.create_container(CreateContainerRequest {
+            pod_sandbox_id: String::new(),
+            config: Some(env.container_config("c", &["true"])),
+            sandbox_config: None,
+        })
+        .await,
+        Code::InvalidArgument,
+        &["pod_sandbox_id"],
+    );
+    assert_status(
+        rt.container_status(ContainerStatusRequest {
+            container_id: String::new(),
+            verbose: false,
+        })
+        .await,
+        Code::InvalidArgument,
+        &["container_id"],
+    );
+    assert_status(
+        rt.stop_container(StopContainerRequest {
+            container_id: "x".into(),
+            timeout: -1,
+        })
+        .await,
+        Code::InvalidArgument,
+        &["timeout"],
+    );
+    assert_status(
+        rt.pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: String::new(),
+            verbose: false,
+        })
+        .await,
+        Code::InvalidArgument,
+        &["pod_sandbox_id"],
+    );
+    assert_status(env.exec("x", &[], 1).await, Code::InvalidArgument, &["cmd"]);
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+/// Reads from `addr` until `want` shows up (or the peer closes); retries connects for a while,
+/// since the server in the pod starts asynchronously.
+async fn tcp_read(addr: SocketAddr, want: &str) -> String {
+    common::wait_for(
+        &format!("{want:?} from {addr}"),
+        Duration::from_secs(20),
+        || async move {
+            let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+            stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+            let mut got = Vec::new();
+            let mut buf = [0u8; 256];
+            while let Ok(n) = stream.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                if String::from_utf8_lossy(&got).contains(want) {
+                    break;
+                }
+            }
+            let got = String::from_utf8_lossy(&got).into_owned();
+            got.contains(want).then_some(got)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn bridge_network_reachable_from_host_and_between_pods() {
+    let mut env = Env::with_image(14).await;
+    let server = |name: &str| {
+        let reply = format!("hello from {name}");
+        vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            format!("while true; do echo '{reply}' | nc -l -p 8080; done"),
+        ]
+    };
+    let mut pods = Vec::new();
+    for name in ["net-a", "net-b"] {
+        let config = env.pod_config(name, false);
+        let pod = env.run_pod(config.clone()).await;
+        let status = env.pod_status(&pod).await;
+        let ip = status.network.unwrap().ip;
+        assert!(
+            ip.starts_with(&env.subnet_prefix()),
+            "pod {name} IP {ip:?} not in {}0/24",
+            env.subnet_prefix()
+        );
+        let ns = status.linux.unwrap().namespaces.unwrap().options.unwrap();
+        assert_eq!(ns.network, NamespaceMode::Pod as i32);
+        let cmd = server(name);
+        let mut c = env.container_config("server", &[]);
+        c.command = cmd;
+        let container = env.create_start(&pod, &config, c).await;
+        pods.push((pod, ip, container));
+    }
+    assert_ne!(pods[0].1, pods[1].1, "two pods, one IP");
+    assert_eq!(env.allocated_ips().len(), 2);
+
+    // From the host to each pod.
+    for (name, (_, ip, _)) in ["net-a", "net-b"].iter().zip(&pods) {
+        let addr: SocketAddr = format!("{ip}:8080").parse().unwrap();
+        tcp_read(addr, &format!("hello from {name}")).await;
+    }
+    // From pod b to pod a, with busybox nc inside the container.
+    let (_, ip_a, _) = &pods[0];
+    let (_, _, container_b) = &pods[1];
+    let cmd = format!("nc -w 3 {ip_a} 8080 </dev/null");
+    let out = env
+        .exec(container_b, &["sh", "-c", &cmd], 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello from net-a\n",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The pod sees its own address on eth0.
+    let out = env
+        .exec(container_b, &["ip", "-4", "addr", "show", "eth0"], 10)
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&pods[1].1));
+
+    // Stop releases the addresses; remove leaves nothing.
+    for (pod, _, _) in &pods {
+        env.stop_pod(pod).await;
+        assert_eq!(env.pod_status(pod).await.network.unwrap().ip, "");
+    }
+    assert!(env.allocated_ips().is_empty(), "{:?}", env.allocated_ips());
+    for (pod, _, _) in &pods {
+        env.remove_pod(pod).await;
+    }
+    env.assert_no_leaks().await;
+    assert!(
+        !std::path::Path::new("/sys/class/net")
+            .join(&env.bridge)
+            .join("brif")
+            .read_dir()
+            .is_ok_and(|mut d| d.next().is_some()),
+        "veths left on {}",
+        env.bridge
+    );
+}

@@ -123,7 +123,7 @@ crictl --runtime-endpoint "$SOCK" version
 
 set +e
 critest --runtime-endpoint "$SOCK" --image-endpoint "$SOCK" \
-  --test-images-file "$HERE/test-images.yaml" --parallel 1 \
+  --test-images-file "$HERE/test-images.yaml" \
   --ginkgo.skip "$SKIP" --ginkgo.timeout 3h --ginkgo.no-color "$@" 2>&1 | tee "$OUT"
 status=${PIPESTATUS[0]}
 cp "$WORK/crius.log" "${OUT%.txt}.crius.log"

@@ -335,7 +335,11 @@ pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
             .build()?,
     ));
 
-    let (masked, readonly) = security::masked_and_readonly(&[], &[], privileged, userns.is_some());
+    let (masked, mut readonly) =
+        security::masked_and_readonly(&[], &[], privileged, userns.is_some());
+    if !privileged {
+        readonly.extend(security::cgroup_readonly_paths());
+    }
 
     let mut linux = oci_spec::runtime::Linux::default();
     linux.set_namespaces(Some(namespaces));
@@ -508,12 +512,16 @@ pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
         })
     };
 
-    let (masked, readonly_paths) = security::masked_and_readonly(
+    let (masked, mut readonly_paths) = security::masked_and_readonly(
         sc.map_or(&[][..], |s| s.masked_paths.as_slice()),
         sc.map_or(&[][..], |s| s.readonly_paths.as_slice()),
         privileged,
         userns.is_some(),
     );
+
+    if !privileged {
+        readonly_paths.extend(security::cgroup_readonly_paths());
+    }
 
     let namespaces = container_namespaces(input, pod_ns, ns, userns.is_some())?;
 

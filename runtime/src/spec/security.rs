@@ -61,6 +61,39 @@ pub(crate) fn masked_and_readonly(
     )
 }
 
+/// The cgroup v1 hierarchies libcontainer may bind under `/sys/fs/cgroup`.
+const CGROUP_V1_HIERARCHIES: [&str; 16] = [
+    "blkio",
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "devices",
+    "freezer",
+    "hugetlb",
+    "memory",
+    "misc",
+    "net_cls",
+    "net_prio",
+    "perf_event",
+    "pids",
+    "rdma",
+    "systemd",
+    "unified",
+];
+
+/// Extra read-only paths that keep a container from writing its own cgroup v1 limits.
+///
+/// libcontainer 0.7 builds `/sys/fs/cgroup` on cgroup v1 as a tmpfs with each hierarchy
+/// bind-mounted read-write, whatever the mount's options say: checked on this node, a root
+/// container without CAP_SYS_ADMIN raised its own `memory.limit_in_bytes`. Listing every
+/// hierarchy as a read-only path remounts each bind read-only; libcontainer skips paths that do
+/// not exist. Added for every unprivileged container, on top of the CRI lists.
+pub fn cgroup_readonly_paths() -> impl Iterator<Item = String> {
+    CGROUP_V1_HIERARCHIES
+        .iter()
+        .map(|h| format!("/sys/fs/cgroup/{h}"))
+}
+
 /// What namespaces a pod owns, for the sysctl check.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SysctlScope {

@@ -173,7 +173,9 @@ fn container_spec_merges_image_and_cri() {
     assert_eq!(res.memory().as_ref().unwrap().limit(), Some(32 << 20));
     assert!(!res.devices().as_ref().unwrap()[0].allow());
     assert_eq!(linux.masked_paths().as_ref().unwrap().len(), 11);
-    assert_eq!(linux.readonly_paths().as_ref().unwrap().len(), 5);
+    let readonly = linux.readonly_paths().clone().unwrap();
+    assert_eq!(readonly[..5], security::DEFAULT_READONLY_PATHS);
+    assert!(readonly.contains(&"/sys/fs/cgroup/memory".to_string()));
     // unset seccomp is unconfined, as with kubelet
     assert!(linux.seccomp().is_none());
     assert!(spec.hostname().is_none());

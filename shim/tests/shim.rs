@@ -127,6 +127,33 @@ fn kill_and_forced_delete() {
         assert!(wait_for(Duration::from_secs(5), || !alive(pid_c)));
         assert!(parse_log(&pod.log_path(&c.id)).is_empty());
 
+        // Kill every process of a container (its cgroup), not just the init.
+        let d = pod.bundle("d", &["sh", "-c", "sleep 1000 & sleep 1000"]);
+        let pid_d = client
+            .create_container(pod.create_request(&d))
+            .await
+            .unwrap();
+        pod.track(pid_d);
+        client.start(&d.id).await.unwrap();
+        std::thread::sleep(ms(100));
+        let procs = std::path::Path::new("/sys/fs/cgroup/pids/crius-test")
+            .join(&d.id)
+            .join("cgroup.procs");
+        // (busybox sh execs its last command: the init and the background sleep.)
+        assert_eq!(fs::read_to_string(&procs).unwrap().lines().count(), 2);
+        client.kill(&d.id, libc::SIGKILL, true).await.unwrap();
+        let exit = client
+            .wait(&d.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert_eq!(exit.signal, Some(9));
+        assert!(wait_for(Duration::from_secs(5), || fs::read_to_string(
+            &procs
+        )
+        .unwrap_or_default()
+        .is_empty()));
+        client.delete(&d.id, false).await.unwrap();
+
         let pid_b = client.state(&b.id).await.unwrap().pid.unwrap();
         client.delete(&b.id, true).await.unwrap();
         assert!(wait_for(Duration::from_secs(5), || !alive(pid_b)));

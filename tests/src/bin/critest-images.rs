@@ -413,6 +413,25 @@ tail -n +2 /proc/sysvipc/shm | while read -r key shmid perms size cpid lpid natt
 done
 "#;
 
+/// `pgrep PATTERN` for images whose busybox lacks the applet (Debian's has none): the pid of
+/// every process whose name matches the extended regular expression, status 1 when none does.
+const PGREP: &str = r#"#!/bin/sh
+# Stand-in for pgrep (this busybox has no pgrep applet): prints the pid of every process whose
+# name matches the extended regular expression $1; exits 1 when none does.
+found=1
+for dir in /proc/[0-9]*; do
+  name=$(cat "$dir/comm" 2>/dev/null) || continue
+  if echo "$name" | grep -Eq -- "$1"; then
+    echo "${dir#/proc/}"
+    found=0
+  fi
+done
+exit $found
+"#;
+
+/// Commands the specs run that Debian's busybox has no applet for, as small scripts.
+const STAND_INS: &[(&str, &str)] = &[("ipcs", IPCS), ("pgrep", PGREP)];
+
 /// The busybox layer every image starts from.
 fn base_layer(shell_busybox: Option<&Path>) -> Result<Layer> {
     let binary = read(
@@ -450,8 +469,10 @@ fn base_layer(shell_busybox: Option<&Path>) -> Result<Layer> {
         }
         tar.hardlink(&format!("/bin/{applet}"), STATIC_BUSYBOX)?;
     }
-    if !applets.iter().any(|a| a == "ipcs") {
-        tar.file("/bin/ipcs", 0o755, IPCS.as_bytes())?;
+    for (name, script) in STAND_INS {
+        if !applets.iter().any(|a| a == name) {
+            tar.file(&format!("/bin/{name}"), 0o755, script.as_bytes())?;
+        }
     }
     if let Some(shell) = shell_busybox {
         let what = "read the shell busybox";
@@ -645,11 +666,16 @@ fn nonewprivs_layer() -> Result<Layer> {
 }
 
 fn nonewprivs_config() -> Value {
-    // With no_new_privs the setuid bit is ignored and busybox then refuses to raise the uid the
-    // config asks for: the plain `id -u` reports the uid the process really has.
+    // With no_new_privs the setuid bit is ignored and busybox then refuses to run `id` at all
+    // (it cannot take the uid its config asks for; that holds for every busybox `id` in this
+    // image): the effective uid the shell really has is then read from /proc.
     json!({
         "Env": [PATH_ENV],
-        "Entrypoint": ["/bin/sh", "-c", "echo \"Effective uid: $(/nnp/id -u 2>/dev/null || id -u)\""],
+        "Entrypoint": [
+            "/bin/sh",
+            "-c",
+            "echo \"Effective uid: $(/nnp/id -u 2>/dev/null || awk '/^Uid:/ {print $3}' /proc/self/status)\"",
+        ],
     })
 }
 

@@ -579,3 +579,45 @@ fn unknown_ids_and_bad_requests() {
             .exists());
     });
 }
+
+#[test]
+fn after_a_shim_is_killed_its_containers_run_on_and_the_helper_cleans_up() {
+    let pod = Pod::start("killed");
+    let bundle = pod.bundle("c", &["sleep", "1000"]);
+    let pid = runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        pid
+    });
+    // SAFETY: kill(2) of the shim this test started.
+    unsafe { libc::kill(pod.shim_pid, libc::SIGKILL) };
+    assert!(wait_for(Duration::from_secs(5), || !pod.shim_alive()));
+    std::thread::sleep(ms(100));
+    assert!(alive(pid), "the container died with its shim");
+    assert_eq!(
+        crius_api::shim::read_exit_file(&pod.state, &bundle.id).unwrap(),
+        None
+    );
+
+    let helper = std::path::Path::new(common::SHIM).with_file_name("crius-shim-helper");
+    let out = std::process::Command::new(helper)
+        .args(["delete", "--root"])
+        .arg(pod.state.join("runc"))
+        .args(["--id", &bundle.id])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(wait_for(Duration::from_secs(5), || !alive(pid)));
+    assert!(!std::path::Path::new("/sys/fs/cgroup/memory/crius-test")
+        .join(&bundle.id)
+        .exists());
+}

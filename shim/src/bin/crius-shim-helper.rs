@@ -1,11 +1,16 @@
 //! `crius-shim-helper`: runs one libcontainer operation for `crius-shim` and reports on fd 3.
-//! See `crius_shim::helper` for the command line and descriptors; not for use by hand.
+//! See `crius_shim::helper` for the command line and descriptors.
+//!
+//! Without fd 3 it reports on stdout (`{"Ok":{"pid":0}}` or `{"Err":{"message":"..."}}`, exit
+//! status 0 or 1), so crius can clean up after a shim that died, e.g.
+//! `crius-shim-helper delete --root <shim-state>/runc --id <container>` (kills what is left in
+//! the container's cgroup, removes the cgroup and libcontainer's state).
 
 use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
-use crius_shim::helper::{self, Outcome, LOG_FD, STDIO_FDS};
+use crius_shim::helper::{self, Outcome, LOG_FD, REPORT_FD, STDIO_FDS};
 use crius_shim::libct::{self, InitStdio};
 
 fn main() {
@@ -22,6 +27,11 @@ fn main() {
         Ok((pid, fd)) => (Outcome::Ok { pid }, fd, 0),
         Err(message) => (Outcome::Err { message }, None, 1),
     };
+    if !fd_is_open(REPORT_FD) {
+        // Run by hand (or by crius cleaning up after a dead shim): report on stdout.
+        println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
+        std::process::exit(code);
+    }
     let code = match helper::report(&outcome, fd.as_ref()) {
         Ok(()) => code,
         Err(_) => 2,

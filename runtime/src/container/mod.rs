@@ -6,6 +6,8 @@
 //! shim. As for pods, one idempotent teardown undoes a failed create, serves
 //! `RemoveContainer` and cleans up after a crius killed mid-way.
 
+mod update;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,9 +17,11 @@ use crate::daemon::Daemon;
 use crate::error::{self, Error};
 
 mod container;
+mod container_update;
 mod ids;
 mod runtime_config;
 mod sandbox;
+mod stats;
 mod status;
 mod version;
 
@@ -148,7 +150,7 @@ cri_service! {
         stream_pod_sandboxes("StreamPodSandboxes", StreamPodSandboxesRequest)
             -> BoxStream<StreamPodSandboxesResponse> => sandbox::stream;
         update_pod_sandbox_resources("UpdatePodSandboxResources", UpdatePodSandboxResourcesRequest)
-            -> UpdatePodSandboxResourcesResponse => |_, _| not_yet("UpdatePodSandboxResources");
+            -> UpdatePodSandboxResourcesResponse => container_update::update_pod;
 
         create_container("CreateContainer", CreateContainerRequest) -> CreateContainerResponse
             => container::create;
@@ -165,7 +167,7 @@ cri_service! {
         container_status("ContainerStatus", ContainerStatusRequest) -> ContainerStatusResponse
             => container::status;
         update_container_resources("UpdateContainerResources", UpdateContainerResourcesRequest)
-            -> UpdateContainerResourcesResponse => |_, _| not_yet("UpdateContainerResources");
+            -> UpdateContainerResourcesResponse => container_update::update_container;
         reopen_container_log("ReopenContainerLog", ReopenContainerLogRequest)
             -> ReopenContainerLogResponse => container::reopen_log;
         checkpoint_container("CheckpointContainer", CheckpointContainerRequest)
@@ -180,17 +182,17 @@ cri_service! {
             => |_, _| not_yet("PortForward");
 
         container_stats("ContainerStats", ContainerStatsRequest) -> ContainerStatsResponse
-            => |_, _| not_yet("ContainerStats");
+            => stats::container;
         list_container_stats("ListContainerStats", ListContainerStatsRequest)
-            -> ListContainerStatsResponse => |_, _| not_yet("ListContainerStats");
+            -> ListContainerStatsResponse => stats::list_containers;
         stream_container_stats("StreamContainerStats", StreamContainerStatsRequest)
-            -> BoxStream<StreamContainerStatsResponse> => |_, _| not_yet("StreamContainerStats");
+            -> BoxStream<StreamContainerStatsResponse> => stats::stream_containers;
         pod_sandbox_stats("PodSandboxStats", PodSandboxStatsRequest) -> PodSandboxStatsResponse
-            => |_, _| not_yet("PodSandboxStats");
+            => stats::pod;
         list_pod_sandbox_stats("ListPodSandboxStats", ListPodSandboxStatsRequest)
-            -> ListPodSandboxStatsResponse => |_, _| not_yet("ListPodSandboxStats");
+            -> ListPodSandboxStatsResponse => stats::list_pods;
         stream_pod_sandbox_stats("StreamPodSandboxStats", StreamPodSandboxStatsRequest)
-            -> BoxStream<StreamPodSandboxStatsResponse> => |_, _| not_yet("StreamPodSandboxStats");
+            -> BoxStream<StreamPodSandboxStatsResponse> => stats::stream_pods;
         list_metric_descriptors("ListMetricDescriptors", ListMetricDescriptorsRequest)
             -> ListMetricDescriptorsResponse => |_, _| not_yet("ListMetricDescriptors");
         list_pod_sandbox_metrics("ListPodSandboxMetrics", ListPodSandboxMetricsRequest)

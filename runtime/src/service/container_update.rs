@@ -1,0 +1,27 @@
+//! `UpdateContainerResources` and `UpdatePodSandboxResources`. Thin: the work is in
+//! `crate::container::update` and `crate::cgroups`.
+
+use std::sync::Arc;
+
+use crius_api::v1::*;
+
+use crate::daemon::Daemon;
+use crate::error::Result;
+
+pub async fn update_container(
+    d: &Arc<Daemon>,
+    req: UpdateContainerResourcesRequest,
+) -> Result<UpdateContainerResourcesResponse> {
+    d.update_container_resources(&req.container_id, req.linux)
+        .await?;
+    Ok(UpdateContainerResourcesResponse {})
+}
+
+pub async fn update_pod(
+    d: &Arc<Daemon>,
+    req: UpdatePodSandboxResourcesRequest,
+) -> Result<UpdatePodSandboxResourcesResponse> {
+    d.update_pod_resources(&req.pod_sandbox_id, req.overhead, req.resources)
+        .await?;
+    Ok(UpdatePodSandboxResourcesResponse {})
+}

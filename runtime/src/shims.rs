@@ -137,17 +137,30 @@ impl Shims {
     /// removes its state. A shim that is already gone is fine.
     pub async fn shutdown(&self, pod_id: &str) -> Result<()> {
         let dir = self.state_dir(pod_id);
-        if let Ok(client) = self.get(pod_id).await {
-            let pid = client.shim_pid();
-            if let Err(e) = client.shutdown().await {
-                tracing::warn!(pod = pod_id, "shim shutdown: {e}");
+        match self.get(pod_id).await {
+            Ok(client) => {
+                let pid = client.shim_pid();
+                if let Err(e) = client.shutdown().await {
+                    tracing::warn!(pod = pod_id, "shim shutdown: {e}");
+                }
+                wait_gone(pid, Duration::from_secs(5)).await;
+                if pid_alive(pid) {
+                    tracing::warn!(pod = pod_id, pid, "shim did not exit; killing it");
+                    // SAFETY: kill(2) on the pid the shim itself reported; it is ours.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    wait_gone(pid, Duration::from_secs(2)).await;
+                }
             }
-            wait_gone(pid, Duration::from_secs(5)).await;
-            if pid_alive(pid) {
-                tracing::warn!(pod = pod_id, pid, "shim did not exit; killing it");
-                // SAFETY: kill(2) on the pid the shim itself reported; it is ours.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                wait_gone(pid, Duration::from_secs(2)).await;
+            // A shim that runs but does not answer (or cannot be reached) must not outlive
+            // its pod: find it by its pid file and make sure it is this pod's shim.
+            Err(e) => {
+                if let Some(pid) = self.running_pid(pod_id) {
+                    tracing::warn!(pod = pod_id, pid, "shim unreachable ({e}); killing it");
+                    // SAFETY: kill(2) on a live process whose command line names this pod's
+                    // shim state dir (checked by running_pid).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    wait_gone(pid, Duration::from_secs(2)).await;
+                }
             }
         }
         self.forget(pod_id);
@@ -156,6 +169,22 @@ impl Shims {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::internal(format!("remove {}", dir.display()), e)),
         }
+    }
+
+    /// The pid of the pod's shim from its pid file, if that process is alive and is this pod's
+    /// shim (its command line names the pod's state dir: pids get reused).
+    pub fn running_pid(&self, pod_id: &str) -> Option<i32> {
+        let dir = self.state_dir(pod_id);
+        let pid = std::fs::read_to_string(dir.join(crius_api::shim::PID_FILE))
+            .ok()?
+            .trim()
+            .parse::<i32>()
+            .ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let ours = cmdline
+            .split(|b| *b == 0)
+            .any(|arg| arg == dir.as_os_str().as_encoded_bytes());
+        (ours && pid_alive(pid)).then_some(pid)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ShimClient>> {

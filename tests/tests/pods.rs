@@ -98,11 +98,16 @@ async fn pod_lifecycle_on_the_host_network() {
     // Remove: gone, idempotent.
     env.remove_pod(&id).await;
     env.remove_pod(&id).await;
-    assert_status(env.rt().pod_sandbox_status(PodSandboxStatusRequest {
-        pod_sandbox_id: id.clone(),
-        verbose: false,
-    })
-    .await, Code::NotFound, &[&id]);
+    assert_status(
+        env.rt()
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id.clone(),
+                verbose: false,
+            })
+            .await,
+        Code::NotFound,
+        &[&id],
+    );
     env.assert_pod_gone(&id).await;
 
     // Remove without a stop first.

@@ -410,6 +410,11 @@ impl Daemon {
         if shim_alive {
             return false;
         }
+        // Without its shim nobody reaps or stops the container: its processes were reparented
+        // to init and may still run. Kill them so "exited" is true.
+        if let Some(pod) = self.sandboxes.get(pod_id) {
+            crate::pod::reap::kill_cgroup_tree(&cgroups::container_cgroup(&pod.cgroup, id));
+        }
         let message = format!("the pod's shim is gone and left no exit record ({why})");
         let _ = self.containers.update(&self.store, id, |r| {
             r.state = ContainerState::Exited;

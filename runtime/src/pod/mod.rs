@@ -8,6 +8,7 @@
 //! cleans up after a crius killed mid-way.
 
 pub mod files;
+pub mod reap;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -306,6 +307,11 @@ impl Daemon {
                 let _ = shim.kill(id, libc::SIGKILL, true).await;
                 let _ = shim.wait(id, Some(Duration::from_secs(5))).await;
             }
+        }
+        // Whatever is still in the pod's cgroup has no shim to stop it (the shim died and its
+        // processes went to init): kill it there.
+        if !reap::empty_cgroup_tree(&record.cgroup, Duration::from_secs(5)).await {
+            tracing::warn!(pod = id, cgroup = %record.cgroup, "processes survive SIGKILL in the pod cgroup");
         }
         self.release_network(&record).await?;
         mounts::unmount(&PodPaths::new(&self.config.state, id).shm)?;

@@ -21,12 +21,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crius_api::v1::*;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use crius_tests::crius::Crius;
 use crius_tests::images::{self, TestImage};
 use crius_tests::registry::Registry;
 use crius_tests::TestDir;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use tonic::Code;
 
 /// Where Debian's CNI plugins are.
@@ -61,7 +61,10 @@ impl Env {
     /// Starts everything for test number `n` (1..=99, unique across the test files); the
     /// image is pushed to the registry, not pulled.
     pub async fn new(n: u8) -> Env {
-        assert!((1..100).contains(&n), "test network number {n} out of range");
+        assert!(
+            (1..100).contains(&n),
+            "test network number {n} out of range"
+        );
         let registry = Registry::start().unwrap();
         let pushed = images::push(&registry, TestImage::Busybox).unwrap();
         // The same image as docker.io/library/busybox, for the short-name pull.
@@ -570,7 +573,10 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -1,0 +1,503 @@
+//! Containers end to end: lifecycle of a pod with two containers, CRI logs, exit codes and
+//! reasons, stop timeouts, ExecSync, name reservation, the short-name pull, log reopening.
+//! Real crius, real registry, real containers. Run as root.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{assert_status, texts, Env};
+use crius_api::v1::*;
+use tonic::Code;
+
+const EXIT_LIMIT: Duration = Duration::from_secs(20);
+
+fn ids(containers: &[Container]) -> Vec<String> {
+    let mut ids: Vec<String> = containers.iter().map(|c| c.id.clone()).collect();
+    ids.sort();
+    ids
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn pod_with_two_containers_full_lifecycle() {
+    let mut env = Env::with_image(20).await;
+    let pod_config = env.pod_config("two", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+
+    let talker_cmd = "echo out-1; echo err-1 >&2; echo out-2; exec sleep 1000";
+    let talker = env
+        .create(
+            &pod,
+            &pod_config,
+            env.container_config("talker", &["sh", "-c", talker_cmd]),
+        )
+        .await;
+    let sleeper = env
+        .create(
+            &pod,
+            &pod_config,
+            env.container_config("sleeper", &["sleep", "1000"]),
+        )
+        .await;
+
+    // Created: listed, status filled in, nothing started.
+    let status = env.status(&talker).await;
+    assert_eq!(status.state, ContainerState::ContainerCreated as i32);
+    assert_eq!(status.metadata.as_ref().unwrap().name, "talker");
+    assert!(status.created_at > 0);
+    assert_eq!(status.started_at, 0);
+    assert_eq!(status.image.as_ref().unwrap().image, env.image);
+    assert_eq!(status.image_id, env.image_ref);
+    assert!(!status.image_ref.is_empty());
+    let log_path = env.log_dir("two").join("talker.log");
+    assert_eq!(status.log_path, log_path.display().to_string());
+    assert_eq!(status.labels.get("container").unwrap(), "talker");
+    let created = env
+        .list_containers(ContainerFilter {
+            state: Some(ContainerStateValue {
+                state: ContainerState::ContainerCreated as i32,
+            }),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ids(&created), sorted(vec![talker.clone(), sleeper.clone()]));
+    // Starting an unstarted container twice is refused only once it runs.
+    env.start(&talker).await;
+    env.start(&sleeper).await;
+    assert_status(
+        env.rt()
+            .start_container(StartContainerRequest {
+                container_id: talker.clone(),
+            })
+            .await,
+        Code::FailedPrecondition,
+        &[&talker],
+    );
+
+    let status = env.status(&talker).await;
+    assert_eq!(status.state, ContainerState::ContainerRunning as i32);
+    assert!(status.started_at >= status.created_at);
+
+    // Filters: pod id (and its prefix), label, id prefix, state.
+    let in_pod = env
+        .list_containers(ContainerFilter {
+            pod_sandbox_id: pod.clone(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ids(&in_pod), sorted(vec![talker.clone(), sleeper.clone()]));
+    assert!(in_pod.iter().all(|c| c.pod_sandbox_id == pod));
+    let by_prefix = env
+        .list_containers(ContainerFilter {
+            pod_sandbox_id: pod[..10].to_string(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(by_prefix.len(), 2);
+    let by_label = env
+        .list_containers(ContainerFilter {
+            label_selector: [("container".to_string(), "sleeper".to_string())].into(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ids(&by_label), vec![sleeper.clone()]);
+    let by_id = env
+        .list_containers(ContainerFilter {
+            id: talker[..12].to_string(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ids(&by_id), vec![talker.clone()]);
+    let running = env
+        .list_containers(ContainerFilter {
+            state: Some(ContainerStateValue {
+                state: ContainerState::ContainerRunning as i32,
+            }),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(running.len(), 2);
+
+    // Logs: CRI format, stdout and stderr tagged apart, full lines.
+    let lines = env
+        .wait_log(&log_path, Duration::from_secs(10), |l| l.len() >= 3)
+        .await;
+    assert_eq!(texts(&lines, "stdout"), vec!["out-1", "out-2"]);
+    assert_eq!(texts(&lines, "stderr"), vec!["err-1"]);
+    assert!(lines.iter().all(|l| l.tag == "F"), "{lines:?}");
+
+    // Stop honours the image's StopSignal (SIGUSR1 kills `sleep`): quick, not the timeout.
+    let begin = Instant::now();
+    env.stop(&talker, 10).await;
+    assert!(
+        begin.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        begin.elapsed()
+    );
+    let status = env.status(&talker).await;
+    assert_eq!(status.state, ContainerState::ContainerExited as i32);
+    assert_eq!(status.exit_code, 128 + 10, "killed by SIGUSR1: {status:?}");
+    assert_eq!(status.reason, "Error");
+    assert!(status.finished_at >= status.started_at);
+    env.stop(&talker, 10).await;
+    env.remove(&talker).await;
+    env.remove(&talker).await;
+    assert_status(
+        env.rt()
+            .container_status(ContainerStatusRequest {
+                container_id: talker.clone(),
+                verbose: false,
+            })
+            .await,
+        Code::NotFound,
+        &[&talker],
+    );
+    // The log file stays: it is kubelet's.
+    assert!(log_path.exists());
+
+    // Stopping the pod stops its containers.
+    env.stop_pod(&pod).await;
+    let status = env.status(&sleeper).await;
+    assert_eq!(status.state, ContainerState::ContainerExited as i32);
+    env.remove_pod(&pod).await;
+    assert!(env
+        .list_containers(ContainerFilter::default())
+        .await
+        .is_empty());
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn exit_codes_and_reasons() {
+    let mut env = Env::with_image(21).await;
+    let pod_config = env.pod_config("exits", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+
+    let three = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("three", &["sh", "-c", "exit 3"]),
+        )
+        .await;
+    let zero = env
+        .create_start(&pod, &pod_config, env.container_config("zero", &["true"]))
+        .await;
+    // Doubles a shell string until the 32 MiB limit is hit.
+    let mut hog = env.container_config(
+        "hog",
+        &[
+            "sh",
+            "-c",
+            "x=0123456789abcdef; while true; do x=$x$x; done",
+        ],
+    );
+    hog.linux = Some(LinuxContainerConfig {
+        resources: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 32 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let hog = env.create_start(&pod, &pod_config, hog).await;
+
+    let s = env.wait_exited(&three, EXIT_LIMIT).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (3, "Error"), "{s:?}");
+    assert!(s.finished_at >= s.started_at && s.started_at > 0);
+    let s = env.wait_exited(&zero, EXIT_LIMIT).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"), "{s:?}");
+    let s = env.wait_exited(&hog, Duration::from_secs(60)).await;
+    assert_eq!(s.reason, "OOMKilled", "{s:?}");
+    assert_eq!(s.exit_code, 137, "{s:?}");
+    let resources = s.resources.unwrap().linux.unwrap();
+    assert_eq!(resources.memory_limit_in_bytes, 32 << 20);
+
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn stop_timeouts() {
+    let mut env = Env::with_image(22).await;
+    let pod_config = env.pod_config("stops", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+
+    let stubborn_cmd = "trap '' TERM USR1; echo ready; while true; do sleep 0.1; done";
+    let stubborn = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("stubborn", &["sh", "-c", stubborn_cmd]),
+        )
+        .await;
+    let polite_cmd =
+        "trap 'echo got-usr1; exit 0' USR1; echo ready; while true; do sleep 0.1; done";
+    let polite = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("polite", &["sh", "-c", polite_cmd]),
+        )
+        .await;
+    for name in ["stubborn", "polite"] {
+        let log = env.log_dir("stops").join(format!("{name}.log"));
+        env.wait_log(&log, Duration::from_secs(10), |l| {
+            texts(l, "stdout").contains(&"ready".to_string())
+        })
+        .await;
+    }
+
+    // Ignores its stop signal: SIGKILL after the timeout, within timeout + 1 s.
+    let timeout = 2;
+    let begin = Instant::now();
+    env.stop(&stubborn, timeout).await;
+    let took = begin.elapsed();
+    assert!(
+        took >= Duration::from_secs(timeout as u64) - Duration::from_millis(100),
+        "stop returned after {took:?}, before the {timeout}s timeout"
+    );
+    assert!(
+        took <= Duration::from_secs(timeout as u64 + 1),
+        "stop took {took:?} for a {timeout}s timeout"
+    );
+    let s = env.status(&stubborn).await;
+    assert_eq!(s.state, ContainerState::ContainerExited as i32);
+    assert_eq!((s.exit_code, s.reason.as_str()), (137, "Error"), "{s:?}");
+
+    // Handles the image's StopSignal (SIGUSR1) and exits 0 at once.
+    let begin = Instant::now();
+    env.stop(&polite, 30).await;
+    assert!(
+        begin.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        begin.elapsed()
+    );
+    let s = env.status(&polite).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"), "{s:?}");
+    let log = env.log_dir("stops").join("polite.log");
+    let lines = common::read_log(&log);
+    assert!(texts(&lines, "stdout").contains(&"got-usr1".to_string()));
+
+    // A timeout of 0 kills at once.
+    let quick = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("quick", &["sh", "-c", stubborn_cmd]),
+        )
+        .await;
+    let begin = Instant::now();
+    env.stop(&quick, 0).await;
+    assert!(
+        begin.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        begin.elapsed()
+    );
+    assert_eq!(env.status(&quick).await.exit_code, 137);
+
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn exec_sync() {
+    let mut env = Env::with_image(23).await;
+    let pod_config = env.pod_config("exec", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let c = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("target", &["sleep", "1000"]),
+        )
+        .await;
+
+    let out = env
+        .exec(&c, &["sh", "-c", "echo out; echo err >&2; exit 7"], 10)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+    assert_eq!(out.exit_code, 7);
+
+    // The container's environment and working dir (the image's).
+    let out = env
+        .exec(&c, &["sh", "-c", "echo $CRIUS_TEST_IMAGE; pwd"], 10)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "busybox\n/tmp\n");
+    assert_eq!(out.exit_code, 0);
+
+    // A command that outlives its timeout: DeadlineExceeded, promptly.
+    let begin = Instant::now();
+    assert_status(
+        env.exec(&c, &["sleep", "30"], 1).await,
+        Code::DeadlineExceeded,
+        &[],
+    );
+    assert!(
+        begin.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        begin.elapsed()
+    );
+
+    // A background child holding stdout open must not make it hang.
+    let begin = Instant::now();
+    let out = env
+        .exec(&c, &["sh", "-c", "sleep 30 & echo started"], 20)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+    assert_eq!(out.exit_code, 0);
+    assert!(
+        begin.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        begin.elapsed()
+    );
+
+    // A command that does not exist: an error or a non-zero exit, never success.
+    match env.exec(&c, &["/no/such/binary"], 5).await {
+        Ok(out) => assert_ne!(out.exit_code, 0, "{out:?}"),
+        Err(s) => assert!(s.message().contains("/no/such/binary"), "{s:?}"),
+    }
+
+    // The container still runs after all that; exec into an exited one is refused.
+    assert_eq!(
+        env.status(&c).await.state,
+        ContainerState::ContainerRunning as i32
+    );
+    env.stop(&c, 0).await;
+    assert_status(
+        env.exec(&c, &["true"], 5).await,
+        Code::FailedPrecondition,
+        &[&c],
+    );
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn container_name_is_reserved_until_removal() {
+    let mut env = Env::with_image(24).await;
+    let pod_config = env.pod_config("names", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let config = env.container_config("dup", &["sleep", "1000"]);
+    let first = env.create(&pod, &pod_config, config.clone()).await;
+    assert_status(
+        env.rt()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(config.clone()),
+                sandbox_config: Some(pod_config.clone()),
+            })
+            .await,
+        Code::AlreadyExists,
+        &["dup_names_crius-e2e_uid-names_0", &first],
+    );
+    let mut retry = config.clone();
+    retry.metadata.as_mut().unwrap().attempt = 1;
+    let second = env.create(&pod, &pod_config, retry).await;
+    assert_ne!(first, second);
+    env.remove(&first).await;
+    let third = env.create(&pod, &pod_config, config).await;
+    assert_ne!(third, first);
+    assert_eq!(
+        env.list_containers(ContainerFilter::default()).await.len(),
+        2
+    );
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn short_name_pull_through_mirror() {
+    let mut env = Env::new(25).await;
+    // `busybox` is docker.io/library/busybox:latest, which the hosts dir sends to the local
+    // registry.
+    let image_ref = env.pull("busybox").await;
+    assert_eq!(image_ref, env.pushed.config_digest);
+    let status = env
+        .crius
+        .image()
+        .image_status(ImageStatusRequest {
+            image: Some(ImageSpec {
+                image: "busybox".into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .image
+        .expect("image listed after the pull");
+    assert!(status
+        .repo_tags
+        .contains(&"docker.io/library/busybox:latest".to_string()));
+
+    let pod_config = env.pod_config("short", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let mut config = env.container_config("hello", &["echo", "hello"]);
+    config.image.as_mut().unwrap().image = "busybox".into();
+    let c = env.create_start(&pod, &pod_config, config).await;
+    let s = env.wait_exited(&c, EXIT_LIMIT).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"));
+    assert_eq!(s.image_id, env.pushed.config_digest);
+    let lines = common::read_log(&env.log_dir("short").join("hello.log"));
+    assert_eq!(texts(&lines, "stdout"), vec!["hello"]);
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn reopen_log_continues_in_a_new_file() {
+    let mut env = Env::with_image(26).await;
+    let pod_config = env.pod_config("reopen", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let cmd = "i=0; while true; do echo line-$i; i=$((i+1)); sleep 0.05; done";
+    let c = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("ticker", &["sh", "-c", cmd]),
+        )
+        .await;
+    let log = env.log_dir("reopen").join("ticker.log");
+    env.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
+        .await;
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    env.rt()
+        .reopen_container_log(ReopenContainerLogRequest {
+            container_id: c.clone(),
+        })
+        .await
+        .unwrap();
+    let new_lines = env
+        .wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
+        .await;
+    // Nothing lost or repeated across the two files.
+    let mut all = texts(&common::read_log(&rotated), "stdout");
+    all.extend(texts(&new_lines, "stdout"));
+    for (i, text) in all.iter().enumerate() {
+        assert_eq!(text, &format!("line-{i}"), "{all:?}");
+    }
+    env.stop(&c, 0).await;
+    assert_status(
+        env.rt()
+            .reopen_container_log(ReopenContainerLogRequest {
+                container_id: c.clone(),
+            })
+            .await,
+        Code::FailedPrecondition,
+        &[&c],
+    );
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -1,0 +1,239 @@
+//! Faults end to end: crius killed with SIGKILL while pods run and started again, and a pod's
+//! shim killed with SIGKILL. Real crius, real containers, real CNI. Run as root.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{alive, texts, wait_for, Env};
+use crius_api::v1::*;
+
+/// The numbers of `tick-<n>` lines of a log, in order.
+fn ticks(log: &Path) -> Vec<u64> {
+    texts(&common::read_log(log), "stdout")
+        .iter()
+        .filter_map(|t| t.strip_prefix("tick-").and_then(|n| n.parse().ok()))
+        .collect()
+}
+
+fn assert_consecutive(ticks: &[u64]) {
+    for (i, n) in ticks.iter().enumerate() {
+        assert_eq!(*n, i as u64, "tick lines lost or repeated: {ticks:?}");
+    }
+}
+
+#[tokio::test]
+async fn crius_killed_while_pods_run() {
+    let mut env = Env::with_image(40).await;
+    let pod_config = env.pod_config("survivor", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let ip = env.pod_status(&pod).await.network.unwrap().ip;
+    assert!(ip.starts_with(&env.subnet_prefix()), "{ip}");
+
+    let ticker_cmd = "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.05; done";
+    let ticker = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("ticker", &["sh", "-c", ticker_cmd]),
+        )
+        .await;
+    // Exits with 5 once /tmp/go exists: the test creates it while crius is down.
+    let exiter_cmd = "while [ ! -e /tmp/go ]; do sleep 0.05; done; exit 5";
+    let exiter = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("exiter", &["sh", "-c", exiter_cmd]),
+        )
+        .await;
+    let done = env
+        .create_start(&pod, &pod_config, env.container_config("done", &["true"]))
+        .await;
+    let created = env
+        .create(
+            &pod,
+            &pod_config,
+            env.container_config("created", &["true"]),
+        )
+        .await;
+    env.wait_exited(&done, Duration::from_secs(20)).await;
+
+    // A second pod, stopped before the crash.
+    let stopped_config = env.pod_config("stopped", true);
+    let stopped = env.run_pod(stopped_config).await;
+    env.stop_pod(&stopped).await;
+
+    let ticker_pid = env.pid(&ticker).await;
+    let exiter_pid = env.pid(&exiter).await;
+    let log = env.log_dir("survivor").join("ticker.log");
+    env.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
+        .await;
+
+    env.crius.kill9().unwrap();
+    let before = ticks(&log).len();
+    let go = env
+        .crius
+        .state()
+        .join("containers")
+        .join(&exiter)
+        .join("rootfs/tmp/go");
+    std::fs::write(&go, "").unwrap();
+    wait_for(
+        "the exiter to exit while crius is down",
+        Duration::from_secs(10),
+        || async { (!alive(exiter_pid)).then_some(()) },
+    )
+    .await;
+    // The ticker keeps logging while nobody watches.
+    wait_for(
+        "ticks while crius is down",
+        Duration::from_secs(10),
+        || async { (ticks(&log).len() >= before + 10).then_some(()) },
+    )
+    .await;
+
+    env.crius.restart().await.unwrap();
+
+    let pods = env.list_pods(PodSandboxFilter::default()).await;
+    let state_of = |id: &str| pods.iter().find(|p| p.id == id).map(|p| p.state);
+    assert_eq!(state_of(&pod), Some(PodSandboxState::SandboxReady as i32));
+    assert_eq!(
+        state_of(&stopped),
+        Some(PodSandboxState::SandboxNotready as i32)
+    );
+    assert_eq!(env.pod_status(&pod).await.network.unwrap().ip, ip);
+
+    let s = env.status(&ticker).await;
+    assert_eq!(s.state, ContainerState::ContainerRunning as i32, "{s:?}");
+    assert_eq!(env.pid(&ticker).await, ticker_pid);
+    assert!(alive(ticker_pid));
+    let s = env.wait_exited(&exiter, Duration::from_secs(10)).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (5, "Error"), "{s:?}");
+    let s = env.status(&done).await;
+    assert_eq!(s.state, ContainerState::ContainerExited as i32);
+    assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"));
+    let s = env.status(&created).await;
+    assert_eq!(s.state, ContainerState::ContainerCreated as i32, "{s:?}");
+    assert_eq!(
+        env.list_containers(ContainerFilter::default()).await.len(),
+        4
+    );
+
+    // The shim is reachable again: exec, stop, start the created one.
+    let out = env
+        .exec(&ticker, &["echo", "still-here"], 10)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "still-here\n");
+    env.start(&created).await;
+    let s = env.wait_exited(&created, Duration::from_secs(20)).await;
+    assert_eq!(s.exit_code, 0);
+    let n = ticks(&log).len();
+    env.wait_log(&log, Duration::from_secs(10), |_| {
+        ticks(&log).len() >= n + 5
+    })
+    .await;
+    env.stop(&ticker, 0).await;
+    assert_eq!(env.status(&ticker).await.exit_code, 137);
+    assert_consecutive(&ticks(&log));
+
+    // A second crash with everything exited, then a clean teardown.
+    env.crius.kill9().unwrap();
+    env.crius.restart().await.unwrap();
+    for id in [&pod, &stopped] {
+        env.stop_pod(id).await;
+        env.remove_pod(id).await;
+    }
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn shim_killed() {
+    let mut env = Env::with_image(41).await;
+    let pod_config = env.pod_config("orphan", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let sleeper = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("sleeper", &["sleep", "1000"]),
+        )
+        .await;
+    let created = env
+        .create(
+            &pod,
+            &pod_config,
+            env.container_config("created", &["true"]),
+        )
+        .await;
+    let sleeper_pid = env.pid(&sleeper).await;
+    let shim = env.shim_pid(&pod);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(shim), nix::sys::signal::SIGKILL).unwrap();
+
+    let s = env.wait_exited(&sleeper, Duration::from_secs(20)).await;
+    assert_ne!(s.exit_code, 0, "{s:?}");
+    assert!(!s.reason.is_empty(), "{s:?}");
+    assert!(s.message.contains("shim"), "message should say why: {s:?}");
+    // Nothing of the container keeps running once crius reports it exited.
+    wait_for(
+        "the sleeper to be gone",
+        Duration::from_secs(10),
+        || async { (!alive(sleeper_pid)).then_some(()) },
+    )
+    .await;
+    let s = env.status(&created).await;
+    assert!(
+        s.state == ContainerState::ContainerExited as i32
+            || s.state == ContainerState::ContainerCreated as i32,
+        "{s:?}"
+    );
+    // A new container cannot go into a pod without a shim.
+    assert!(env
+        .rt()
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(env.container_config("late", &["true"])),
+            sandbox_config: Some(pod_config.clone()),
+        })
+        .await
+        .is_err());
+
+    env.stop_pod(&pod).await;
+    assert_eq!(
+        env.pod_status(&pod).await.state,
+        PodSandboxState::SandboxNotready as i32
+    );
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn shim_killed_while_crius_is_down() {
+    let mut env = Env::with_image(42).await;
+    let pod_config = env.pod_config("orphan2", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let sleeper = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("sleeper", &["sleep", "1000"]),
+        )
+        .await;
+    let shim = env.shim_pid(&pod);
+    env.crius.kill9().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(shim), nix::sys::signal::SIGKILL).unwrap();
+    wait_for("the shim to die", Duration::from_secs(10), || async {
+        (!alive(shim)).then_some(())
+    })
+    .await;
+    env.crius.restart().await.unwrap();
+
+    let s = env.wait_exited(&sleeper, Duration::from_secs(20)).await;
+    assert!(s.message.contains("shim"), "{s:?}");
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

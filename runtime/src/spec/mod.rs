@@ -127,7 +127,7 @@ pub struct ContainerSpecInput<'a> {
     /// sandbox's is joined through `sandbox_pid`).
     pub netns_path: Option<&'a Path>,
     pub cgroups_path: &'a str,
-    /// The pod's hostname, for the `HOSTNAME` variable.
+    /// The pod's hostname, for the `HOSTNAME` variable; empty means the node's.
     pub hostname: &'a str,
     pub resolv_conf: Option<&'a Path>,
     pub hosts: Option<&'a Path>,
@@ -494,7 +494,15 @@ pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
 
     let image = image::ImageConfig::new(input.image_config);
     let args = process::args(config, &image)?;
-    let env = process::env(config, &image, input.hostname)?;
+    // containerd's rule: a pod without a hostname (host network) sees the node's
+    let node_hostname;
+    let hostname = if input.hostname.is_empty() {
+        node_hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        node_hostname.trim()
+    } else {
+        input.hostname
+    };
+    let env = process::env(config, &image, hostname)?;
     let cwd = process::cwd(config, &image)?;
     let user = user::container_user(sc, image.user(), input.rootfs)?;
     let capabilities = caps::container_caps(sc.and_then(|s| s.capabilities.as_ref()), privileged)?;

@@ -732,3 +732,106 @@ fn relative_cgroups_path_is_a_caller_error() {
     let err = container_spec(&i).unwrap_err();
     assert!(!err.is_invalid_argument());
 }
+
+#[test]
+fn privileged_pod_pause_is_unconfined_and_unmasked() {
+    let mut config = pod(NamespaceOption::default(), true);
+    if let Some(sc) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+    {
+        sc.seccomp = Some(SecurityProfile {
+            profile_type: ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        });
+    }
+    let spec = sandbox_spec(&sandbox_input(&config)).unwrap();
+    let linux = spec.linux().as_ref().unwrap();
+    assert!(linux.seccomp().is_none());
+    assert!(linux.masked_paths().as_ref().unwrap().is_empty());
+
+    let config = pod(NamespaceOption::default(), false);
+    let mut config = config;
+    if let Some(sc) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+    {
+        sc.seccomp = Some(SecurityProfile {
+            profile_type: ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        });
+    }
+    let spec = sandbox_spec(&sandbox_input(&config)).unwrap();
+    let linux = spec.linux().as_ref().unwrap();
+    assert!(linux.seccomp().is_some());
+    assert!(linux
+        .readonly_paths()
+        .as_ref()
+        .unwrap()
+        .contains(&"/sys/fs/cgroup/memory".to_string()));
+}
+
+#[test]
+fn user_namespace_on_host_network_binds_sys() {
+    let ns = NamespaceOption {
+        network: NamespaceMode::Node as i32,
+        userns_options: Some(UserNamespace {
+            mode: NamespaceMode::Pod as i32,
+            uids: vec![IdMapping {
+                host_id: 200_000,
+                container_id: 0,
+                length: 65536,
+            }],
+            gids: vec![IdMapping {
+                host_id: 200_000,
+                container_id: 0,
+                length: 65536,
+            }],
+        }),
+        ..Default::default()
+    };
+    let config = pod(ns, false);
+    let mut i = sandbox_input(&config);
+    i.netns_path = None;
+    let spec = sandbox_spec(&i).unwrap();
+    let sys = spec
+        .mounts()
+        .clone()
+        .unwrap()
+        .into_iter()
+        .find(|m| m.destination() == Path::new("/sys"))
+        .unwrap();
+    assert_eq!(sys.typ().as_deref(), Some("bind"));
+    assert!(sys.options().clone().unwrap().contains(&"rro".to_string()));
+    // an unmasked /proc is what kubelet asks for with empty lists in a user namespace
+    assert!(spec
+        .linux()
+        .as_ref()
+        .unwrap()
+        .masked_paths()
+        .as_ref()
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn cri_annotations_cannot_override_crius_ones() {
+    let f = fixture();
+    let sandbox = pod(NamespaceOption::default(), false);
+    let mut config = container(LinuxContainerSecurityContext::default());
+    config
+        .annotations
+        .insert(annotations::SANDBOX_ID.to_string(), "forged".to_string());
+    let mut i = input(&f, &config, &sandbox);
+    i.hostname = "";
+    let spec = container_spec(&i).unwrap();
+    assert_eq!(
+        spec.annotations().as_ref().unwrap()[annotations::SANDBOX_ID],
+        "s1"
+    );
+    let node = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let env = spec.process().as_ref().unwrap().env().clone().unwrap();
+    assert!(env.contains(&format!("HOSTNAME={}", node.trim())));
+}

@@ -698,9 +698,6 @@ impl Shim {
                 format!("create container {id}: {what}: {e}"),
             )
         };
-        let dir = self.container_dir(&id);
-        fs::create_dir_all(&dir).map_err(|e| internal("state dir", e))?;
-        let _ = fs::remove_file(dir.join(crius_api::shim::EXIT_FILE));
         let log = match &req.log_path {
             Some(path) => Some(CriLog::open(path, self.cfg.max_log_line).map_err(|e| {
                 err(
@@ -710,6 +707,9 @@ impl Shim {
             })?),
             None => None,
         };
+        let dir = self.container_dir(&id);
+        fs::create_dir_all(&dir).map_err(|e| internal("state dir", e))?;
+        let _ = fs::remove_file(dir.join(crius_api::shim::EXIT_FILE));
 
         // Our ends and the container's ends of its stdio.
         let mut outputs: [Option<OwnedFd>; 2] = [None, None];
@@ -743,8 +743,10 @@ impl Shim {
             id: id.clone(),
             token,
         };
-        self.spawn_helper(&id, args, stdio, purpose)
-            .map_err(|e| internal("spawn helper", e))?;
+        if let Err(e) = self.spawn_helper(&id, args, stdio, purpose) {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(internal("spawn helper", e));
+        }
         // The container's ends now live in the helper.
         drop(child);
         info!(target: "crius_shim", container = %id, "creating container");
@@ -1119,13 +1121,17 @@ impl Shim {
         let Some(helper) = self.helpers.get(&key) else {
             return;
         };
+        let mut crashed = false;
         let result = match helper::receive(&helper.chan) {
             Ok(None) => return,
             Ok(Some((outcome, fd))) => match outcome {
                 Outcome::Ok { pid } => Ok((pid, fd)),
                 Outcome::Err { message } => Err(message),
             },
-            Err(e) => Err(format!("helper {}: {e}", helper.pid)),
+            Err(e) => {
+                crashed = true;
+                Err(format!("helper {}: {e}", helper.pid))
+            }
         };
         let Some(helper) = self.helpers.remove(&key) else {
             return;
@@ -1139,7 +1145,7 @@ impl Shim {
             self.begin_delete(&helper.container);
         }
         if let HelperPurpose::Create { id, token } = &helper.purpose {
-            self.created(id, *token, result);
+            self.created(id, *token, result, crashed);
             return;
         }
         let pid_only = result.map(|(pid, _)| pid);
@@ -1163,7 +1169,13 @@ impl Shim {
         }
     }
 
-    fn created(&mut self, id: &str, token: Token, result: Result<(i32, Option<OwnedFd>), String>) {
+    fn created(
+        &mut self,
+        id: &str,
+        token: Token,
+        result: Result<(i32, Option<OwnedFd>), String>,
+        crashed: bool,
+    ) {
         let (pid, master) = match result {
             Ok(ok) => ok,
             Err(message) => {
@@ -1179,8 +1191,10 @@ impl Shim {
                 }
                 // libcontainer removes what it made when a create fails; a helper that died
                 // half-way may have left state, which a background delete clears.
-                let args = vec!["delete".to_owned()];
-                let _ = self.spawn_helper(id, args, [None; 3], HelperPurpose::Background);
+                if crashed {
+                    let args = vec!["delete".to_owned()];
+                    let _ = self.spawn_helper(id, args, [None; 3], HelperPurpose::Background);
+                }
                 let _ = fs::remove_dir_all(self.container_dir(id));
                 let response = Response::Err(err(
                     ErrorKind::Internal,

@@ -19,6 +19,7 @@ use crate::error::{self, Error};
 mod container;
 mod container_update;
 mod ids;
+mod image;
 mod runtime_config;
 mod sandbox;
 mod stats;
@@ -205,16 +206,16 @@ cri_service! {
 cri_service! {
     ImageService {
         list_images("ListImages", ListImagesRequest) -> ListImagesResponse
-            => |_, _| not_yet("ListImages");
+            => image::list;
         stream_images("StreamImages", StreamImagesRequest) -> BoxStream<StreamImagesResponse>
-            => |_, _| not_yet("StreamImages");
+            => image::stream;
         image_status("ImageStatus", ImageStatusRequest) -> ImageStatusResponse
-            => |_, _| not_yet("ImageStatus");
+            => image::status;
         pull_image("PullImage", PullImageRequest) -> PullImageResponse
-            => |_, _| not_yet("PullImage");
+            => image::pull;
         remove_image("RemoveImage", RemoveImageRequest) -> RemoveImageResponse
-            => |_, _| not_yet("RemoveImage");
+            => image::remove;
         image_fs_info("ImageFsInfo", ImageFsInfoRequest) -> ImageFsInfoResponse
-            => |_, _| not_yet("ImageFsInfo");
+            => image::fs_info;
     }
 }

@@ -1,0 +1,133 @@
+//! Image RPCs: `PullImage`, `ListImages`, `StreamImages`, `ImageStatus`, `RemoveImage`,
+//! `ImageFsInfo`. Thin: pulling, records and usage are the `crius-image` crate's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crius_api::v1::*;
+use crius_image::ImageRecord;
+
+use super::BoxStream;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use crate::util::now_nanos;
+
+fn image_name(spec: Option<&ImageSpec>, field: &str) -> Result<String> {
+    match spec.map(|s| s.image.trim()) {
+        Some(name) if !name.is_empty() => Ok(name.to_string()),
+        _ => Err(Error::InvalidArgument(format!("{field}.image is required"))),
+    }
+}
+
+fn cri_image(r: &ImageRecord) -> Image {
+    Image {
+        id: r.id.clone(),
+        repo_tags: r.repo_tags.clone(),
+        repo_digests: r.repo_digests.clone(),
+        size: r.size,
+        uid: r.uid.map(|value| Int64Value { value }),
+        username: r.username.clone(),
+        spec: Some(ImageSpec {
+            image: r.id.clone(),
+            ..Default::default()
+        }),
+        pinned: r.pinned,
+    }
+}
+
+pub async fn pull(d: &Arc<Daemon>, req: PullImageRequest) -> Result<PullImageResponse> {
+    let name = image_name(req.image.as_ref(), "image")?;
+    let auth = req
+        .auth
+        .map(|a| crius_image::Auth {
+            username: a.username,
+            password: a.password,
+            auth: a.auth,
+            server_address: a.server_address,
+            identity_token: a.identity_token,
+            registry_token: a.registry_token,
+        })
+        .unwrap_or_default();
+    let record = d.images.pull(&name, &auth).await?;
+    Ok(PullImageResponse {
+        image_ref: record.id,
+    })
+}
+
+fn list_items(d: &Daemon, filter: Option<ImageFilter>) -> Result<Vec<Image>> {
+    let name = filter
+        .and_then(|f| f.image)
+        .map(|s| s.image)
+        .filter(|s| !s.is_empty());
+    Ok(d.images
+        .list(name.as_deref())?
+        .iter()
+        .map(cri_image)
+        .collect())
+}
+
+pub async fn list(d: &Arc<Daemon>, req: ListImagesRequest) -> Result<ListImagesResponse> {
+    Ok(ListImagesResponse {
+        images: list_items(d, req.filter)?,
+    })
+}
+
+pub async fn stream(
+    d: &Arc<Daemon>,
+    req: StreamImagesRequest,
+) -> Result<BoxStream<StreamImagesResponse>> {
+    let images = list_items(d, req.filter)?;
+    Ok(super::one_message(StreamImagesResponse { images }))
+}
+
+/// An unknown image is an empty response, not an error: kubelet asks before every pull.
+pub async fn status(d: &Arc<Daemon>, req: ImageStatusRequest) -> Result<ImageStatusResponse> {
+    let name = image_name(req.image.as_ref(), "image")?;
+    let Some(record) = d.images.get(&name)? else {
+        return Ok(ImageStatusResponse::default());
+    };
+    let mut info = HashMap::new();
+    if req.verbose {
+        let config = d.images.config_json(&record)?;
+        let config: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
+        info.insert(
+            "info".to_string(),
+            serde_json::json!({
+                "imageSpec": config,
+                "chainID": record.chain_ids.last().map(|c| c.to_string()),
+                "manifestDigest": record.manifest_digest.to_string(),
+            })
+            .to_string(),
+        );
+    }
+    Ok(ImageStatusResponse {
+        image: Some(cri_image(&record)),
+        info,
+    })
+}
+
+/// Removing an unknown image is success (idempotent, as kubelet's image GC expects).
+pub async fn remove(d: &Arc<Daemon>, req: RemoveImageRequest) -> Result<RemoveImageResponse> {
+    let name = image_name(req.image.as_ref(), "image")?;
+    d.images.remove(&name).await?;
+    Ok(RemoveImageResponse {})
+}
+
+pub async fn fs_info(d: &Arc<Daemon>, _req: ImageFsInfoRequest) -> Result<ImageFsInfoResponse> {
+    let usage = d.images.fs_usage().await?;
+    Ok(ImageFsInfoResponse {
+        image_filesystems: vec![FilesystemUsage {
+            timestamp: now_nanos(),
+            fs_id: Some(FilesystemIdentifier {
+                mountpoint: usage.mountpoint.display().to_string(),
+            }),
+            used_bytes: Some(UInt64Value {
+                value: usage.used_bytes,
+            }),
+            inodes_used: Some(UInt64Value {
+                value: usage.inodes_used,
+            }),
+        }],
+        container_filesystems: Vec::new(),
+    })
+}

@@ -32,8 +32,8 @@ use crate::time::{now_unix_nanos, rfc3339_nanos};
 const EXEC_DRAIN_GRACE: Duration = Duration::from_millis(100);
 
 /// How long exits of not-yet-known pids are kept (a process may be reaped before the helper's
-/// report naming it is read).
-const ORPHAN_EXIT_TTL: Duration = Duration::from_secs(30);
+/// report naming it is read, which takes milliseconds); short, as pids get reused.
+const ORPHAN_EXIT_TTL: Duration = Duration::from_secs(5);
 
 /// On shutdown, how long to try to deliver the last replies.
 const FLUSH_ON_EXIT: Duration = Duration::from_secs(1);
@@ -205,6 +205,8 @@ pub struct Shim {
     containers: BTreeMap<String, Container>,
     execs: BTreeMap<u64, ExecJob>,
     helpers: BTreeMap<u64, PendingHelper>,
+    /// Helpers not reaped yet (their reports may already be read).
+    helper_pids: Vec<i32>,
     orphan_exits: Vec<(i32, i32, Instant)>,
     next_id: u64,
     shutdown_requested: bool,
@@ -288,6 +290,7 @@ impl Shim {
             containers: BTreeMap::new(),
             execs: BTreeMap::new(),
             helpers: BTreeMap::new(),
+            helper_pids: Vec::new(),
             orphan_exits: Vec::new(),
             next_id: 1,
             shutdown_requested: false,
@@ -798,6 +801,7 @@ impl Shim {
         args.extend(rest);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let spawned = helper::spawn(&self.cfg.helper, &argv, stdio)?;
+        self.helper_pids.push(spawned.pid);
         if let Some(c) = self.containers.get_mut(id) {
             c.helpers += 1;
         }
@@ -1279,8 +1283,9 @@ impl Shim {
     }
 
     fn on_exit(&mut self, pid: i32, status: i32) {
-        if self.helpers.values().any(|h| h.pid == pid) {
-            return; // its channel says how it went
+        if let Some(i) = self.helper_pids.iter().position(|p| *p == pid) {
+            self.helper_pids.swap_remove(i);
+            return; // its report says how it went
         }
         let container = self
             .containers

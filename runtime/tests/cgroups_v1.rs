@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crius::cgroups::v1::{CONTROLLERS, V1};
-use crius::cgroups::{CgroupError, Hierarchy, Mode};
-use crius_api::v1::{HugepageLimit, LinuxContainerResources};
+use crius::cgroups::{apply_pod_resources, CgroupError, Hierarchy, Mode};
+use crius_api::v1::{
+    HugepageLimit, LinuxContainerResources, LinuxPodSandboxConfig, PodSandboxConfig,
+};
 
 const MIB: i64 = 1 << 20;
 
@@ -389,4 +391,38 @@ fn stats_count_what_runs_in_the_cgroup() {
     assert!(mem.page_faults > 0);
     assert_eq!(mem.oom_kills.unwrap_or(0), 0);
     assert!(stats.pids.unwrap() >= 1);
+}
+
+#[test]
+fn pod_resources_and_overhead_land_in_the_pod_cgroup() {
+    let Some((h, v1)) = v1() else { return };
+    let pod = TestCgroup::new(v1);
+    let config = PodSandboxConfig {
+        linux: Some(LinuxPodSandboxConfig {
+            resources: Some(LinuxContainerResources {
+                cpu_shares: 1024,
+                cpu_quota: 200_000,
+                cpu_period: 100_000,
+                memory_limit_in_bytes: 256 * MIB,
+                ..Default::default()
+            }),
+            overhead: Some(LinuxContainerResources {
+                cpu_shares: 128,
+                cpu_quota: 10_000,
+                memory_limit_in_bytes: 32 * MIB,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    apply_pod_resources(&pod.path, &config).unwrap();
+    let r = h.read(&pod.path).unwrap();
+    assert_eq!(r.memory_limit_in_bytes, 288 * MIB);
+    assert_eq!(r.cpu_shares, 1152);
+    assert_eq!((r.cpu_quota, r.cpu_period), (210_000, 100_000));
+    assert_eq!(
+        file(v1, "memory", &pod.path, "memory.limit_in_bytes"),
+        (288 * MIB).to_string()
+    );
 }

@@ -8,7 +8,8 @@
 //! A connection carries requests and their responses strictly in turn (one request, then its
 //! response, then the next request). The async [`Client`] opens one connection per call, so a
 //! long call (`wait`, `exec_sync`) never delays another; the shim serves all connections from
-//! one event loop and answers slow requests when they complete.
+//! one event loop and answers slow requests when they complete. Closing a connection gives up
+//! on its pending answer (the operation itself, e.g. a create, still runs to its end).
 //!
 //! # Versioning
 //!

@@ -549,9 +549,14 @@ impl Shim {
             }
         }
         if let Some(conn) = self.conns.get(&token) {
-            // A peer that closed gets no more answers: drop it once nothing is in flight.
-            if conn.eof && !conn.busy && conn.outbuf.is_empty() {
+            // A peer that closed wants no more answers (a client that gave up on a `wait`, say):
+            // drop the connection, and its place among a container's waiters. A parked
+            // operation itself runs on; its answer goes nowhere.
+            if conn.eof && (conn.busy || conn.outbuf.is_empty()) {
                 self.conns.remove(&token);
+                for c in self.containers.values_mut() {
+                    c.waiters.retain(|t| *t != token);
+                }
             }
         }
     }

@@ -621,3 +621,32 @@ fn after_a_shim_is_killed_its_containers_run_on_and_the_helper_cleans_up() {
         .join(&bundle.id)
         .exists());
 }
+
+#[test]
+fn abandoned_waits_do_not_pile_up() {
+    let pod = Pod::start("waits");
+    let bundle = pod.bundle("c", &["sleep", "1000"]);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        for _ in 0..20 {
+            let e = client.wait(&bundle.id, Some(ms(10))).await.unwrap_err();
+            assert!(
+                matches!(e, crius_api::shim::ClientError::Timeout { .. }),
+                "{e}"
+            );
+        }
+        std::thread::sleep(ms(200));
+        // The shim holds no socket per abandoned wait: a listener, a signalfd, a log, pipes.
+        let fds = fs::read_dir(format!("/proc/{}/fd", pod.shim_pid))
+            .unwrap()
+            .count();
+        assert!(fds < 15, "shim has {fds} fds open");
+        client.delete(&bundle.id, true).await.unwrap();
+    });
+}

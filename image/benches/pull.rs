@@ -183,7 +183,7 @@ async fn run() {
                 let st =
                     crius_image::unpack::unpack_layer(&blob, &digest, &diff, &dest, false).unwrap();
                 let cpu = thread_cpu();
-                (t.elapsed(), (cpu.1 - cpu0.1, cpu.2 - cpu0.2), st)
+                (t.elapsed(), (cpu.0 - cpu0.0, cpu.1 - cpu0.1), st)
             })
             .await
             .unwrap();

@@ -335,6 +335,15 @@ fn v2_only_settings_are_refused_on_v1() {
         };
         let err = h.apply(&cg.path, &r).unwrap_err();
         assert!(err.to_string().contains("hugetlb"), "{err}");
+        // kubelet's zero limit for every page size is accepted (nothing to enforce).
+        let zero = LinuxContainerResources {
+            hugepage_limits: vec![HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 0,
+            }],
+            ..Default::default()
+        };
+        h.apply(&cg.path, &zero).unwrap();
     }
 }
 

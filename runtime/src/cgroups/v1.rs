@@ -97,12 +97,22 @@ impl V1 {
             apply_cfs(tx, &dir, r.cpu_period, r.cpu_quota)?;
         }
         if !r.hugepage_limits.is_empty() {
-            let dir = self.required_dir("hugetlb", cgroup)?;
-            for h in &r.hugepage_limits {
-                tx.write(
-                    dir.join(format!("hugetlb.{}.limit_in_bytes", h.page_size)),
-                    &h.limit.to_string(),
-                )?;
+            match self.dir("hugetlb", cgroup) {
+                Some(dir) => {
+                    for h in &r.hugepage_limits {
+                        tx.write(
+                            dir.join(format!("hugetlb.{}.limit_in_bytes", h.page_size)),
+                            &h.limit.to_string(),
+                        )?;
+                    }
+                }
+                // kubelet sends a zero limit for every page size the node has, hugetlb
+                // controller or not: nothing can be enforced, and refusing would fail every
+                // update. A non-zero limit is a request that cannot be honoured.
+                None if r.hugepage_limits.iter().all(|h| h.limit == 0) => {
+                    tracing::debug!("no hugetlb controller: zero hugepage limits not applied");
+                }
+                None => return Err(CgroupError::NoController("hugetlb")),
             }
         }
         Ok(())
@@ -401,5 +411,14 @@ mod tests {
         let mut tx = Transaction::default();
         let err = h.apply(&mut tx, "/pod/c", &r).unwrap_err();
         assert!(matches!(err, CgroupError::NoController("hugetlb")), "{err}");
+        // Zero limits (kubelet's default for every page size) cannot matter without it.
+        let zero = LinuxContainerResources {
+            hugepage_limits: vec![HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 0,
+            }],
+            ..Default::default()
+        };
+        h.apply(&mut tx, "/pod/c", &zero).unwrap();
     }
 }

@@ -129,10 +129,13 @@ impl V2 {
             tx.write(file, &value)?;
         }
         for h in &r.hugepage_limits {
-            tx.write(
-                dir.join(format!("hugetlb.{}.max", h.page_size)),
-                &h.limit.to_string(),
-            )?;
+            let file = dir.join(format!("hugetlb.{}.max", h.page_size));
+            if h.limit == 0 && !file.exists() {
+                // No hugetlb controller for this cgroup: a zero limit (kubelet sends one for
+                // every page size) cannot be enforced and is skipped, as on v1.
+                continue;
+            }
+            tx.write(file, &h.limit.to_string())?;
         }
         let mut unified: Vec<(&String, &String)> = r.unified.iter().collect();
         unified.sort();
@@ -437,6 +440,29 @@ mod tests {
             h.apply("/pod/none", &r).unwrap_err(),
             CgroupError::NotFound(_)
         ));
+    }
+
+    #[test]
+    fn zero_hugepage_limits_need_no_hugetlb_controller() {
+        let (root, h) = fake();
+        let mut r = LinuxContainerResources {
+            hugepage_limits: vec![
+                HugepageLimit {
+                    page_size: "2MB".into(),
+                    limit: 0,
+                },
+                HugepageLimit {
+                    page_size: "64KB".into(),
+                    limit: 0,
+                },
+            ],
+            ..Default::default()
+        };
+        h.apply("/pod/c", &r).unwrap();
+        assert_eq!(file(&root, "hugetlb.2MB.max"), "0");
+        r.hugepage_limits[1].limit = 1 << 16;
+        let msg = h.apply("/pod/c", &r).unwrap_err().to_string();
+        assert!(msg.contains("hugetlb.64KB.max"), "{msg}");
     }
 
     #[test]

@@ -326,7 +326,9 @@ impl Daemon {
             .and_then(|l| l.security_context.as_ref())
             .and_then(|s| s.namespace_options.as_ref())
             .filter(|n| n.pid == crius_api::v1::NamespaceMode::Target as i32)
-            .map(|n| n.target_id.clone());
+            .map(|n| n.target_id.clone())
+            // an empty target_id is refused by the spec with a message naming the field
+            .filter(|t| !t.is_empty());
         let Some(target) = target else {
             return Ok(None);
         };
@@ -509,6 +511,15 @@ impl Daemon {
                     if e.shim_error()
                         .is_some_and(|s| s.kind == crius_api::shim::ErrorKind::NotFound) => {}
                 Err(e) => return Err(e.into()),
+            }
+        }
+        // libcontainer's delete removes the container cgroup, but not when the shim is dead;
+        // under a kubelet pod cgroup nobody else would.
+        if let Some(pod) = self.sandboxes.get(&c.sandbox_id) {
+            let cgroup = cgroups::container_cgroup(&pod.cgroup, id);
+            crate::pod::reap::empty_cgroup_tree(&cgroup, Duration::from_secs(2)).await;
+            if let Err(e) = cgroups::remove(&cgroup) {
+                tracing::warn!(container = id, "remove container cgroup: {e}");
             }
         }
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, id);

@@ -387,6 +387,10 @@ impl Daemon {
                 ))
             }
         }
+        // The pause container's cgroup, which a dead shim could not delete.
+        if let Err(e) = cgroups::remove(&cgroups::container_cgroup(&record.cgroup, id)) {
+            tracing::warn!(pod = id, "remove pause cgroup: {e}");
+        }
         if cgroups::owned_by_crius(&record.cgroup) {
             if let Err(e) = cgroups::remove(&record.cgroup) {
                 tracing::warn!(pod = id, "remove pod cgroup: {e}");

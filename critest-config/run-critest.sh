@@ -29,7 +29,8 @@ SKIP='public image with digest should be pulled and removed'
 for tool in critest crictl docker-registry; do
   command -v "$tool" >/dev/null || { echo "run-critest: $tool not found" >&2; exit 1; }
 done
-for bin in crius crius-shim; do
+BINARIES="crius crius-shim crius-shim-helper"
+for bin in $BINARIES; do
   [ -x "$TARGET/$bin" ] || { echo "run-critest: $TARGET/$bin missing: cargo build -p crius -p crius-shim" >&2; exit 1; }
 done
 if [ -e "$WORK" ] || [ -e "$STATE" ] || ip link show "$BRIDGE" >/dev/null 2>&1; then
@@ -76,7 +77,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkdir -p "$WORK/net.d" "$WORK/ipam" "$WORK/registry"
+mkdir -p "$WORK/net.d" "$WORK/ipam" "$WORK/registry" "$WORK/bin"
+# Private copies: crius starts a shim (and the shim its helper) from beside itself for every pod,
+# and a rebuild in the target dir during a long run must not mix versions.
+for bin in $BINARIES; do cp "$TARGET/$bin" "$WORK/bin/"; done
 cp "$HERE/10-crius-critest.conflist" "$WORK/net.d/"
 
 cat >"$WORK/registry.yml" <<EOF
@@ -113,7 +117,7 @@ fi
 (cd "$REPO" && cargo run -q -p crius-tests --bin critest-images -- \
   --registry "127.0.0.1:$PORT" --hosts-dir "$WORK/certs.d" "${SHELL_ARGS[@]}")
 
-"$TARGET/crius" --config "$HERE/crius.toml" >"$WORK/crius.log" 2>&1 &
+"$WORK/bin/crius" --config "$HERE/crius.toml" >"$WORK/crius.log" 2>&1 &
 CRIUS_PID=$!
 for _ in $(seq 100); do
   crictl --runtime-endpoint "$SOCK" version >/dev/null 2>&1 && break

@@ -138,7 +138,12 @@ fn host_with_v1_controllers_is_detected_as_v1() {
     assert_eq!(h.mode(), Mode::V1);
     for c in ["cpu", "cpuacct", "cpuset", "memory", "pids"] {
         assert!(v1.mount(c).is_some(), "{c} not found");
+        assert!(h.has_controller(c));
     }
+    assert_eq!(
+        h.has_controller("hugetlb"),
+        Path::new("/sys/fs/cgroup/hugetlb").exists()
+    );
 }
 
 #[test]

@@ -377,6 +377,16 @@ impl Hierarchy {
         }
     }
 
+    /// Whether this host has `controller` (`hugetlb`, `cpuset`, …): mounted on v1, listed in
+    /// the root's `cgroup.controllers` on v2. libcontainer refuses to create a container whose
+    /// spec sets limits of a missing controller (e.g. hugepage limits without hugetlb).
+    pub fn has_controller(&self, controller: &str) -> bool {
+        match self {
+            Hierarchy::V1(h) => h.mount(controller).is_some(),
+            Hierarchy::V2(h) => h.has_controller(controller),
+        }
+    }
+
     /// Whether the cgroup exists (in the memory hierarchy on v1).
     pub fn exists(&self, cgroup: &str) -> bool {
         match self {

@@ -75,6 +75,12 @@ impl V2 {
         self.root.join(cgroup.trim_start_matches('/'))
     }
 
+    /// Whether the root's `cgroup.controllers` lists `controller`.
+    pub fn has_controller(&self, controller: &str) -> bool {
+        std::fs::read_to_string(self.root.join("cgroup.controllers"))
+            .is_ok_and(|c| c.split_whitespace().any(|x| x == controller))
+    }
+
     pub fn exists(&self, cgroup: &str) -> bool {
         self.dir(cgroup).is_dir()
     }
@@ -323,6 +329,9 @@ mod tests {
     fn apply_writes_every_field_in_v2_units() {
         let (root, h) = fake();
         assert_eq!(h.mode(), Mode::V2);
+        std::fs::write(root.path().join("cgroup.controllers"), "cpu memory hugetlb").unwrap();
+        assert!(h.has_controller("hugetlb"));
+        assert!(!h.has_controller("cpuset"));
         let r = LinuxContainerResources {
             cpu_period: 50_000,
             cpu_quota: 25_000,

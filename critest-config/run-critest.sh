@@ -3,6 +3,9 @@
 #
 #   critest-config/run-critest.sh [OUTPUT_FILE] [-- extra critest/ginkgo flags]
 #
+# Writes OUTPUT_FILE (default /tmp/critest-run.txt), a JUnit report beside it (.junit.xml: every
+# spec with its state, which the console output only gives for failures) and crius's log
+# (.crius.log).
 # Needs, as root: critest on $PATH (built by you; this project ships none of cri-tools),
 # crictl on $PATH, Debian's docker-registry and busybox-static, `cargo build -p crius -p crius-shim`
 # done. Everything it starts it stops again by PID, and it removes what it created:
@@ -128,7 +131,8 @@ crictl --runtime-endpoint "$SOCK" version
 set +e
 critest --runtime-endpoint "$SOCK" --image-endpoint "$SOCK" \
   --test-images-file "$HERE/test-images.yaml" \
-  --ginkgo.skip "$SKIP" --ginkgo.timeout 3h --ginkgo.no-color "$@" 2>&1 | tee "$OUT"
+  --ginkgo.skip "$SKIP" --ginkgo.timeout 3h --ginkgo.no-color \
+  --ginkgo.junit-report "${OUT%.txt}.junit.xml" "$@" 2>&1 | tee "$OUT"
 status=${PIPESTATUS[0]}
 cp "$WORK/crius.log" "${OUT%.txt}.crius.log"
 exit "$status"

@@ -72,18 +72,47 @@ const ALL_CAPS: [(Capability, u32); 41] = [
     (Capability::CheckpointRestore, 40),
 ];
 
-/// All capabilities the running kernel knows (`/proc/sys/kernel/cap_last_cap`; every one we
-/// know of when that file cannot be read).
+/// Every capability the running kernel knows (`/proc/sys/kernel/cap_last_cap`) that crius
+/// itself holds (`CapEff` of `/proc/self/status`), as containerd does: a container cannot be
+/// given a capability its runtime lacks (this node's root has no CAP_SYS_RESOURCE, and asking
+/// for it fails the create with EPERM). Every known one when the files cannot be read.
 pub(crate) fn all_caps() -> Capabilities {
     let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
         .unwrap_or(u32::MAX);
+    let held = held_mask();
     ALL_CAPS
         .iter()
-        .filter(|(_, n)| *n <= last)
+        .filter(|(_, n)| *n <= last && held & (1u64 << n) != 0)
         .map(|(c, _)| *c)
         .collect()
+}
+
+/// The effective capabilities of this process as a mask (all bits set when unreadable).
+fn held_mask() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(u64::MAX)
+}
+
+/// Refuses a named capability crius does not hold itself: libcontainer would fail the create
+/// with a bare "failed syscall".
+fn check_held(cap: Capability, name: &str) -> Result<Capability> {
+    let held = held_mask();
+    let known = ALL_CAPS.iter().find(|(c, _)| *c == cap).map(|(_, n)| *n);
+    match known {
+        Some(n) if held & (1u64 << n) == 0 => Err(SpecError::invalid(format!(
+            "capability {name} is not available: crius itself does not hold it on this node"
+        ))),
+        _ => Ok(cap),
+    }
 }
 
 /// Parses a CRI capability name: case-insensitive, with or without the `CAP_` prefix.
@@ -124,7 +153,7 @@ pub(crate) fn container_caps(
             main.clear();
         }
         for name in caps.add_capabilities.iter().filter(|c| !is_all(c)) {
-            main.insert(parse_cap(name)?);
+            main.insert(check_held(parse_cap(name)?, name)?);
         }
         for name in caps.drop_capabilities.iter().filter(|c| !is_all(c)) {
             main.remove(&parse_cap(name)?);
@@ -135,7 +164,7 @@ pub(crate) fn container_caps(
                     "add_ambient_capabilities ALL is not supported: name the capabilities",
                 ));
             }
-            let cap = parse_cap(name)?;
+            let cap = check_held(parse_cap(name)?, name)?;
             main.insert(cap);
             ambient.insert(cap);
         }

@@ -22,14 +22,22 @@
 //! - The seccomp filter in a returned spec is already rewritten for libcontainer 0.7 (see
 //!   [`seccomp::for_libcontainer`]: it reads masked-equality arguments the other way round
 //!   from runc); hand the spec to libcontainer, not to runc.
-//! - `oom_score_adj` is written as requested (the pause gets -998); the shim clamps it to what
-//!   it may set (this node lacks CAP_SYS_RESOURCE).
+//! - `oom_score_adj` is written as requested (the pause gets -998); `pod::write_spec` clamps it
+//!   to what crius may set: without CAP_SYS_RESOURCE (this node) nothing below crius's own
+//!   value, so a container asking for -500 runs with crius's score (0 here).
 //!
 //! # Defaults worth knowing
 //! - Seccomp unset in both the `seccomp` and the deprecated `seccomp_profile_path` fields means
 //!   unconfined: kubelet's default (it sends `RuntimeDefault` explicitly when asked to).
 //! - Masked/read-only paths: see [`security::masked_and_readonly`] for how an empty list is read.
-//! - No cgroup namespace is created (this node runs cgroup v1).
+//! - No cgroup namespace is created (this node runs cgroup v1). A container joining an existing
+//!   PID namespace gets the host's cgroup v1 tree bound read-only instead of libcontainer's
+//!   cgroup mount (see `mounts::host_cgroup_bind` for the libcontainer bug).
+//! - `ALL` capabilities and privileged containers get the capabilities crius holds, not every
+//!   one the kernel knows; naming one crius lacks is an `InvalidArgument`.
+//! - libcontainer 0.7 ignores per-mount propagation options on binds: HOST_TO_CONTAINER works
+//!   (the root is made `slave`), a PRIVATE bind of a shared host mount still receives host
+//!   mounts, and BIDIRECTIONAL propagates only when the root is `shared`.
 
 mod caps;
 mod devices;
@@ -549,6 +557,14 @@ pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     if userns.is_some() && host_network {
         standard.retain(|m| m.destination() != Path::new("/sys"));
         standard.push(sys_bind()?);
+    }
+    let joins_pid_ns = matches!(
+        mode(ns.map_or(0, |n| n.pid), "pid")?,
+        NamespaceMode::Pod | NamespaceMode::Target
+    );
+    if joins_pid_ns && mounts::host_cgroup_v1() {
+        standard.retain(|m| m.destination() != Path::new("/sys/fs/cgroup"));
+        standard.push(mounts::host_cgroup_bind(privileged)?);
     }
     let all_mounts = mounts::assemble(standard, overrides);
 

@@ -92,6 +92,33 @@ pub(crate) fn standard_mounts(privileged: bool) -> Result<Vec<Mount>> {
     ])
 }
 
+/// Whether this node runs cgroup v1 (`/sys/fs/cgroup` is not the unified hierarchy).
+pub(crate) fn host_cgroup_v1() -> bool {
+    !Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// A recursive bind of the host's cgroup v1 tree at `/sys/fs/cgroup`, read-only (`rro`)
+/// unless `privileged`, to replace the `cgroup` mount of [`standard_mounts`] in a container
+/// that joins an existing PID namespace (the pod's or a TARGET's).
+///
+/// Why: libcontainer 0.7 builds the v1 cgroup mount from `/proc/<pid>/cgroup` where `<pid>` is
+/// the init's pid inside its PID namespace when its parent is outside it, read through the
+/// host's `/proc`. In a joined namespace that pid names an unrelated host process, or none:
+/// checked on this node, the 8th container of a pod sharing its PID namespace failed with
+/// "failed to prepare rootfs" (`/proc/9` not found). Without a cgroup namespace the paths in
+/// `/proc/self/cgroup` are the host's, so tools that join them with the mount points (JVMs,
+/// cAdvisor) find the container's own limits under this bind; other pods' cgroups are visible
+/// read-only.
+pub(crate) fn host_cgroup_bind(privileged: bool) -> Result<Mount> {
+    let access = if privileged { "rw" } else { "rro" };
+    mount(
+        "/sys/fs/cgroup",
+        "bind",
+        "/sys/fs/cgroup",
+        &["rbind", "rprivate", "nosuid", "noexec", "nodev", access],
+    )
+}
+
 /// Bind mounts of the pod's files. `/etc/hosts`, `/etc/resolv.conf` and `/etc/hostname` are
 /// writable unless `files_readonly` (containerd makes them follow the container's
 /// `readonly_rootfs`); `/dev/shm` is always writable. Destinations in `skip` (the container's
@@ -160,19 +187,22 @@ pub(crate) enum RootPropagation {
 }
 
 impl RootPropagation {
+    /// The `rootfsPropagation` value: the OCI spec's `slave`/`shared` (both applied
+    /// recursively). libcontainer 0.7 refuses runc's `rslave`/`rshared` ("failed to prepare
+    /// rootfs"), which containerd writes.
     pub(crate) fn as_oci(self) -> Option<&'static str> {
         match self {
             RootPropagation::Unchanged => None,
-            RootPropagation::Slave => Some("rslave"),
-            RootPropagation::Shared => Some("rshared"),
+            RootPropagation::Slave => Some("slave"),
+            RootPropagation::Shared => Some("shared"),
         }
     }
 }
 
 /// The CRI mounts as OCI bind mounts, with the root propagation they need.
 ///
-/// `propagation` PRIVATE → `rprivate`, HOST_TO_CONTAINER → `rslave` (root at least `rslave`),
-/// BIDIRECTIONAL → `rshared` (root `rshared`); `readonly` → `ro`, with `recursive_read_only`
+/// `propagation` PRIVATE → `rprivate`, HOST_TO_CONTAINER → `rslave` (root at least `slave`),
+/// BIDIRECTIONAL → `rshared` (root `shared`); `readonly` → `ro`, with `recursive_read_only`
 /// → `rro` (needs `readonly` and private propagation); `selinux_relabel` is ignored (this node
 /// has no SELinux). Host paths are used as given: the caller creates missing ones as
 /// directories (containerd does, mode 0755) before the container is created, and checks that a

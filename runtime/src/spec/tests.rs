@@ -517,7 +517,7 @@ fn mounts_and_devices_from_cri() {
     let pos = |p: &str| dests.iter().position(|d| d == Path::new(p)).unwrap();
     assert!(pos("/data") < pos("/data/cache"));
     let linux = spec.linux().as_ref().unwrap();
-    assert_eq!(linux.rootfs_propagation().as_deref(), Some("rshared"));
+    assert_eq!(linux.rootfs_propagation().as_deref(), Some("shared"));
     let dev = &linux.devices().as_ref().unwrap()[0];
     assert_eq!(dev.path(), Path::new("/dev/xnull"));
     let rules = linux
@@ -834,4 +834,68 @@ fn cri_annotations_cannot_override_crius_ones() {
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let env = spec.process().as_ref().unwrap().env().clone().unwrap();
     assert!(env.contains(&format!("HOSTNAME={}", node.trim())));
+}
+
+#[test]
+fn joined_pid_namespace_binds_the_host_cgroup_tree() {
+    let f = fixture();
+    let cgroup_mount = |pid: NamespaceMode, privileged: bool| {
+        let ns = NamespaceOption {
+            pid: pid as i32,
+            ..Default::default()
+        };
+        let sandbox = pod(ns, privileged);
+        let config = container(LinuxContainerSecurityContext {
+            privileged,
+            ..Default::default()
+        });
+        let spec = container_spec(&input(&f, &config, &sandbox)).unwrap();
+        let mounts = spec.mounts().clone().unwrap();
+        let found: Vec<_> = mounts
+            .iter()
+            .filter(|m| m.destination() == Path::new("/sys/fs/cgroup"))
+            .cloned()
+            .collect();
+        assert_eq!(found.len(), 1);
+        found[0].clone()
+    };
+    let own = cgroup_mount(NamespaceMode::Container, false);
+    assert_eq!(own.typ().as_deref(), Some("cgroup"));
+    if mounts::host_cgroup_v1() {
+        let shared = cgroup_mount(NamespaceMode::Pod, false);
+        assert_eq!(shared.typ().as_deref(), Some("bind"));
+        assert_eq!(
+            shared.source().as_deref(),
+            Some(Path::new("/sys/fs/cgroup"))
+        );
+        assert!(shared.options().clone().unwrap().contains(&"rro".into()));
+        let privileged = cgroup_mount(NamespaceMode::Pod, true);
+        assert!(privileged.options().clone().unwrap().contains(&"rw".into()));
+    }
+}
+
+#[test]
+fn all_capabilities_are_the_ones_crius_holds() {
+    let held = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    let f = fixture();
+    let sandbox = pod(NamespaceOption::default(), true);
+    let config = container(LinuxContainerSecurityContext {
+        privileged: true,
+        ..Default::default()
+    });
+    let spec = container_spec(&input(&f, &config, &sandbox)).unwrap();
+    let caps = spec
+        .process()
+        .as_ref()
+        .unwrap()
+        .capabilities()
+        .clone()
+        .unwrap();
+    let bounding = caps.bounding().clone().unwrap();
+    assert_eq!(bounding.len() as u32, held.count_ones().min(41));
 }

@@ -1,0 +1,1135 @@
+//! Pod and container lifecycle benchmark through the CRI (issue 5), against crius or any CRI
+//! runtime listening on a unix socket.
+//!
+//! Build the release binaries first, then run the bench (as root, like the e2e tests):
+//!
+//! ```text
+//! cargo build --release -p crius -p crius-shim
+//! cargo bench -p crius-tests --bench lifecycle -- [--iterations 50] [--pods 50]
+//! ```
+//!
+//! The binaries are found through `CRIUS_BIN` / `CRIUS_SHIM_BIN` or in `target/release`. The
+//! bench starts Debian's docker-registry on loopback, pushes the busybox test image and a
+//! generated ~200 MB five-layer image (shaped like the one of `image/benches/pull.rs`), starts
+//! crius on a temp root with its own bridge CNI network (bridge `crius-bench0`, subnet
+//! `10.88.160.0/24`), then measures, with `--iterations` runs each:
+//!
+//! - cold `PullImage` of the big image (empty root), then of busybox;
+//! - `RunPodSandbox` without network (`NamespaceMode::NODE`) and with the bridge network;
+//! - `CreateContainer` + `StartContainer` of busybox `sleep 3600`;
+//! - `ExecSync` of `true`;
+//! - `StopContainer` (timeout 0) + `RemoveContainer`;
+//! - RSS and PSS (`/proc/<pid>/smaps_rollup`) of the shim of a pod with one container;
+//! - the daemon's RSS with `--pods` pods running, each with one `sleep` container.
+//!
+//! and prints median and p95 in ms. Everything it created is removed at the end, also after a
+//! failure: pods through the CRI, the daemon by PID, the bridge, the `crius-bench` cgroups.
+//!
+//! `--endpoint unix:///path/to.sock` measures another runtime instead (containerd, see
+//! `tests/benches/README.md`): nothing is started but the registry. That runtime must read
+//! registry hosts from `--hosts-dir DIR` (containerd's `config_path`): the bench writes
+//! `DIR/<mirror>/hosts.toml` sending `--mirror HOST` (default `crius.bench`) to the local
+//! registry, so the runtime's `sandbox_image` can be `<mirror>/crius-bench/pause:latest`, an image
+//! of crius-pause the bench pushes and pulls before any timing. `--daemon-pid PID` names the
+//! process whose RSS is reported with the pods running.
+//!
+//! `--no-big-pull` skips the big image; `--crius-log FILE` keeps crius's log (info level) there.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crius_api::v1::runtime_service_client::RuntimeServiceClient;
+use crius_api::v1::*;
+use crius_tests::images::{self, TestImage};
+use crius_tests::registry::Registry;
+use crius_tests::TestDir;
+use serde_json::json;
+use tonic::transport::Channel;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Result<T> = std::result::Result<T, BoxError>;
+
+const CNI_BIN: &str = "/usr/lib/cni";
+const BRIDGE: &str = "crius-bench0";
+const SUBNET: &str = "10.88.160.0/24";
+/// Pods are placed below this cgroup (kubelet-like: one parent per pod); removed at the end.
+const CGROUP_ROOT: &str = "crius-bench";
+const NAMESPACE: &str = "crius-bench";
+const LABEL: &str = "io.crius.bench";
+const BIG_REPOSITORY: &str = "crius-bench/big";
+const PAUSE_REPOSITORY: &str = "crius-bench/pause";
+
+#[derive(Debug)]
+struct Args {
+    iterations: usize,
+    pods: usize,
+    endpoint: Option<PathBuf>,
+    hosts_dir: Option<PathBuf>,
+    mirror: String,
+    daemon_pid: Option<u32>,
+    big_pull: bool,
+    crius_log: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args {
+        iterations: 50,
+        pods: 50,
+        endpoint: None,
+        hosts_dir: None,
+        mirror: "crius.bench".into(),
+        daemon_pid: None,
+        big_pull: true,
+        crius_log: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--iterations" => args.iterations = value()?.parse()?,
+            "--pods" => args.pods = value()?.parse()?,
+            "--endpoint" => {
+                let v = value()?;
+                let path = v
+                    .strip_prefix("unix://")
+                    .ok_or_else(|| format!("--endpoint {v}: only unix:// endpoints"))?;
+                args.endpoint = Some(PathBuf::from(path));
+            }
+            "--hosts-dir" => args.hosts_dir = Some(PathBuf::from(value()?)),
+            "--mirror" => args.mirror = value()?,
+            "--daemon-pid" => args.daemon_pid = Some(value()?.parse()?),
+            "--no-big-pull" => args.big_pull = false,
+            "--crius-log" => args.crius_log = Some(PathBuf::from(value()?)),
+            // cargo bench passes --bench to every harness = false target.
+            "--bench" => {}
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    if args.iterations == 0 {
+        return Err("--iterations must be at least 1".into());
+    }
+    if args.endpoint.is_some() && args.hosts_dir.is_none() {
+        return Err("--endpoint needs --hosts-dir (the runtime's registry config_path)".into());
+    }
+    Ok(args)
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(err) => {
+            eprintln!("lifecycle bench: {err}");
+            std::process::exit(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("lifecycle bench: start tokio: {err}");
+            std::process::exit(1);
+        }
+    };
+    let code = rt.block_on(async {
+        match run(&args).await {
+            Ok(()) => 0,
+            Err(err) => {
+                eprintln!("lifecycle bench failed: {err}");
+                1
+            }
+        }
+    });
+    drop(rt);
+    std::process::exit(code);
+}
+
+async fn run(args: &Args) -> Result<()> {
+    let registry = Registry::start()?;
+    let busybox = images::push(&registry, TestImage::Busybox)?;
+    let big = if args.big_pull {
+        let t = Instant::now();
+        let big = push_big_image(&registry)?;
+        println!(
+            "generated and pushed {}: {} layers, {:.1} MB compressed, {:.1} MB uncompressed, in {:.1} s",
+            BIG_REPOSITORY,
+            big.layers,
+            mb(big.compressed),
+            mb(big.uncompressed),
+            t.elapsed().as_secs_f64()
+        );
+        Some(big)
+    } else {
+        None
+    };
+
+    let work = TestDir::new("bench")?;
+    let logs = work.join("logs");
+    std::fs::create_dir(&logs)?;
+
+    let mut daemon = None;
+    let (channel, daemon_pid, names) = match &args.endpoint {
+        None => {
+            let d = Daemon::start(&work, args.crius_log.as_deref())?;
+            let channel = d.connect().await?;
+            let pid = d.pid();
+            daemon = Some(d);
+            let host = registry.host_port();
+            let names = Names {
+                busybox: busybox.reference.clone(),
+                big: format!("{host}/{BIG_REPOSITORY}:v1"),
+                pause: None,
+            };
+            (channel, Some(pid), names)
+        }
+        Some(socket) => {
+            let hosts_dir = args.hosts_dir.as_deref().ok_or("--hosts-dir missing")?;
+            write_mirror(hosts_dir, &args.mirror, &registry.host_port())?;
+            push_pause_image(&registry, &work)?;
+            let channel = crius_tests::crius::connect(socket).await?;
+            let m = &args.mirror;
+            let names = Names {
+                busybox: format!("{m}/{}:latest", TestImage::Busybox.repository()),
+                big: format!("{m}/{BIG_REPOSITORY}:v1"),
+                pause: Some(format!("{m}/{PAUSE_REPOSITORY}:latest")),
+            };
+            (channel, args.daemon_pid, names)
+        }
+    };
+
+    let mut bench = Bench {
+        rt: RuntimeServiceClient::new(channel.clone()),
+        images: image_service_client::ImageServiceClient::new(channel),
+        logs,
+        busybox: names.busybox.clone(),
+        seq: 0,
+    };
+    let result = measure(args, &mut bench, &names, big.as_ref(), daemon_pid).await;
+    let cleanup = bench.remove_all_pods().await;
+    if let Some(d) = daemon.take() {
+        d.stop();
+    }
+    remove_cgroups();
+    if args.endpoint.is_none() {
+        delete_link(BRIDGE);
+    }
+    drop(work);
+    drop(registry);
+    let report = result?;
+    cleanup?;
+    report.print(args);
+    Ok(())
+}
+
+struct Names {
+    busybox: String,
+    big: String,
+    pause: Option<String>,
+}
+
+#[derive(Default)]
+struct Report {
+    daemon: String,
+    big_pull: Option<(Duration, BigImage)>,
+    busybox_pull: Duration,
+    ops: Vec<(&'static str, Vec<Duration>)>,
+    shim: Option<Memory>,
+    shim_pid: u32,
+    daemon_idle: Option<Memory>,
+    daemon_loaded: Option<Memory>,
+    shims_loaded: Memory,
+    shims_found: usize,
+    pods_started: usize,
+    pods_start_time: Duration,
+    pods_remove_time: Duration,
+}
+
+async fn measure(
+    args: &Args,
+    bench: &mut Bench,
+    names: &Names,
+    big: Option<&BigImage>,
+    daemon_pid: Option<u32>,
+) -> Result<Report> {
+    let version = bench
+        .rt
+        .version(VersionRequest::default())
+        .await?
+        .into_inner();
+    let mut report = Report {
+        daemon: format!("{} {}", version.runtime_name, version.runtime_version),
+        ..Default::default()
+    };
+    println!("runtime: {}", report.daemon);
+
+    if let Some(big) = big {
+        let t = Instant::now();
+        bench.pull(&names.big).await?;
+        report.big_pull = Some((t.elapsed(), big.clone()));
+        println!(
+            "cold PullImage {}: {:.2} s",
+            names.big,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    if let Some(pause) = &names.pause {
+        bench.pull(pause).await?;
+    }
+    let t = Instant::now();
+    bench.pull(&names.busybox).await?;
+    report.busybox_pull = t.elapsed();
+
+    let n = args.iterations;
+    // RunPodSandbox, host network then bridge network; each pod removed again untimed.
+    for (label, host) in [
+        ("RunPodSandbox (no network)", true),
+        ("RunPodSandbox (bridge CNI)", false),
+    ] {
+        let mut times = Vec::with_capacity(n);
+        for i in 0..=n {
+            let config = bench.pod_config(host);
+            let (id, took) = timed(bench.run_pod(&config)).await;
+            let id = id?;
+            // The first run is a warm-up.
+            if i > 0 {
+                times.push(took);
+            }
+            bench.remove_pod(&id).await?;
+        }
+        report.ops.push((label, times));
+    }
+
+    // Container operations in one pod without network.
+    let pod_config = bench.pod_config(true);
+    let pod = bench.run_pod(&pod_config).await?;
+    let mut create_start = Vec::with_capacity(n);
+    let mut exec = Vec::with_capacity(n);
+    let mut stop_remove = Vec::with_capacity(n);
+    for i in 0..=n {
+        let (id, took) = timed(bench.create_start(&pod, &pod_config)).await;
+        let id = id?;
+        let (code, exec_took) = timed(bench.exec_true(&id)).await;
+        let code = code?;
+        if code != 0 {
+            return Err(format!("ExecSync true in {id} exited {code}").into());
+        }
+        let (done, stop_took) = timed(bench.stop_remove(&id)).await;
+        done?;
+        if i > 0 {
+            create_start.push(took);
+            exec.push(exec_took);
+            stop_remove.push(stop_took);
+        }
+    }
+    report
+        .ops
+        .push(("CreateContainer+StartContainer", create_start));
+    report.ops.push(("ExecSync true", exec));
+    report
+        .ops
+        .push(("StopContainer(0)+RemoveContainer", stop_remove));
+    bench.remove_pod(&pod).await?;
+
+    // One pod (bridge network) with one sleep container: its shim's memory.
+    let pod_config = bench.pod_config(false);
+    let pod = bench.run_pod(&pod_config).await?;
+    let container = bench.create_start(&pod, &pod_config).await?;
+    // Let the shim settle after the start (buffers of the start are freed, log file open).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    match find_shim(&pod) {
+        Some(pid) => {
+            report.shim = Some(Memory::of(pid)?);
+            report.shim_pid = pid;
+        }
+        None => eprintln!("no shim process found for pod {pod}"),
+    }
+    bench.stop_remove(&container).await?;
+    bench.remove_pod(&pod).await?;
+
+    // Many pods at once, each with one sleep container.
+    if let Some(pid) = daemon_pid {
+        report.daemon_idle = Some(Memory::of(pid)?);
+    }
+    let t = Instant::now();
+    let mut pods = Vec::with_capacity(args.pods);
+    for _ in 0..args.pods {
+        let config = bench.pod_config(false);
+        let id = bench.run_pod(&config).await?;
+        bench.create_start(&id, &config).await?;
+        pods.push(id);
+    }
+    report.pods_start_time = t.elapsed();
+    let running = bench.running_containers().await?;
+    report.pods_started = running;
+    if running != args.pods {
+        eprintln!("only {running} of {} containers are running", args.pods);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    if let Some(pid) = daemon_pid {
+        report.daemon_loaded = Some(Memory::of(pid)?);
+    }
+    for pod in &pods {
+        if let Some(pid) = find_shim(pod) {
+            let m = Memory::of(pid)?;
+            report.shims_loaded.rss_kib += m.rss_kib;
+            report.shims_loaded.pss_kib += m.pss_kib;
+            report.shims_found += 1;
+        }
+    }
+    let t = Instant::now();
+    for pod in &pods {
+        bench.remove_pod(pod).await?;
+    }
+    report.pods_remove_time = t.elapsed();
+    Ok(report)
+}
+
+impl Report {
+    fn print(&self, args: &Args) {
+        println!();
+        println!("runtime: {}", self.daemon);
+        if let Some((t, big)) = &self.big_pull {
+            println!(
+                "cold PullImage of a {}-layer image, {:.1} MB compressed / {:.1} MB unpacked: {:.2} s ({:.0} MB/s unpacked)",
+                big.layers,
+                mb(big.compressed),
+                mb(big.uncompressed),
+                t.as_secs_f64(),
+                mb(big.uncompressed) / t.as_secs_f64().max(1e-9)
+            );
+        }
+        println!(
+            "PullImage busybox (one 1 MB layer): {:.1} ms",
+            ms(self.busybox_pull)
+        );
+        println!();
+        println!(
+            "{:<36} {:>10} {:>10} {:>10}   (n = {})",
+            "operation", "median ms", "p95 ms", "max ms", args.iterations
+        );
+        for (label, times) in &self.ops {
+            let mut sorted = times.clone();
+            sorted.sort();
+            println!(
+                "{:<36} {:>10.2} {:>10.2} {:>10.2}",
+                label,
+                ms(percentile(&sorted, 50)),
+                ms(percentile(&sorted, 95)),
+                ms(sorted.last().copied().unwrap_or_default())
+            );
+        }
+        println!();
+        if let Some(m) = &self.shim {
+            println!(
+                "shim (pid {}) with 1 container: RSS {} KiB, PSS {} KiB",
+                self.shim_pid, m.rss_kib, m.pss_kib
+            );
+        }
+        if let Some(m) = &self.daemon_idle {
+            println!(
+                "daemon RSS before the {} pods: {} KiB",
+                args.pods, m.rss_kib
+            );
+        }
+        if let Some(m) = &self.daemon_loaded {
+            println!(
+                "daemon RSS with {} pods running: {} KiB (PSS {} KiB)",
+                self.pods_started, m.rss_kib, m.pss_kib
+            );
+        }
+        println!(
+            "{} shims of those pods: RSS {} KiB, PSS {} KiB in total",
+            self.shims_found, self.shims_loaded.rss_kib, self.shims_loaded.pss_kib
+        );
+        println!(
+            "start of {} pods with one container each: {:.2} s; removal: {:.2} s",
+            args.pods,
+            self.pods_start_time.as_secs_f64(),
+            self.pods_remove_time.as_secs_f64()
+        );
+    }
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+async fn timed<T>(f: impl Future<Output = T>) -> (T, Duration) {
+    let t = Instant::now();
+    let out = f.await;
+    (out, t.elapsed())
+}
+
+/// The CRI calls of the bench, on one connection.
+struct Bench {
+    rt: RuntimeServiceClient<Channel>,
+    images: image_service_client::ImageServiceClient<Channel>,
+    logs: PathBuf,
+    busybox: String,
+    seq: usize,
+}
+
+impl Bench {
+    async fn pull(&mut self, image: &str) -> Result<String> {
+        let reply = self
+            .images
+            .pull_image(PullImageRequest {
+                image: Some(ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| format!("PullImage {image}: {s}"))?;
+        Ok(reply.into_inner().image_ref)
+    }
+
+    /// A kubelet-like pod config with a fresh name; `host` selects the node's network.
+    fn pod_config(&mut self, host: bool) -> PodSandboxConfig {
+        self.seq += 1;
+        let name = format!("crius-bench-{}", self.seq);
+        let uid = format!("uid-{name}");
+        PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: name.clone(),
+                uid: uid.clone(),
+                namespace: NAMESPACE.into(),
+                attempt: 0,
+            }),
+            hostname: if host { String::new() } else { name.clone() },
+            log_directory: self.logs.join(&name).display().to_string(),
+            labels: HashMap::from([(LABEL.to_string(), "true".to_string())]),
+            linux: Some(LinuxPodSandboxConfig {
+                cgroup_parent: format!("/{CGROUP_ROOT}/pod-{uid}"),
+                security_context: Some(LinuxSandboxSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: if host {
+                            NamespaceMode::Node as i32
+                        } else {
+                            NamespaceMode::Pod as i32
+                        },
+                        pid: NamespaceMode::Container as i32,
+                        ipc: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    async fn run_pod(&mut self, config: &PodSandboxConfig) -> Result<String> {
+        let reply = self
+            .rt
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .map_err(|s| format!("RunPodSandbox: {s}"))?;
+        Ok(reply.into_inner().pod_sandbox_id)
+    }
+
+    async fn remove_pod(&mut self, id: &str) -> Result<()> {
+        self.rt
+            .stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            })
+            .await
+            .map_err(|s| format!("StopPodSandbox {id}: {s}"))?;
+        self.rt
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            })
+            .await
+            .map_err(|s| format!("RemovePodSandbox {id}: {s}"))?;
+        Ok(())
+    }
+
+    /// CreateContainer + StartContainer of busybox `sleep 3600`.
+    async fn create_start(&mut self, pod: &str, pod_config: &PodSandboxConfig) -> Result<String> {
+        self.seq += 1;
+        let name = format!("sleep-{}", self.seq);
+        let config = ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: name.clone(),
+                attempt: 0,
+            }),
+            image: Some(ImageSpec {
+                image: self.busybox.clone(),
+                ..Default::default()
+            }),
+            command: vec!["sleep".into(), "3600".into()],
+            log_path: format!("{name}.log"),
+            labels: HashMap::from([(LABEL.to_string(), "true".to_string())]),
+            ..Default::default()
+        };
+        let id = self
+            .rt
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.into(),
+                config: Some(config),
+                sandbox_config: Some(pod_config.clone()),
+            })
+            .await
+            .map_err(|s| format!("CreateContainer in {pod}: {s}"))?
+            .into_inner()
+            .container_id;
+        self.rt
+            .start_container(StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .map_err(|s| format!("StartContainer {id}: {s}"))?;
+        Ok(id)
+    }
+
+    async fn exec_true(&mut self, id: &str) -> Result<i32> {
+        let reply = self
+            .rt
+            .exec_sync(ExecSyncRequest {
+                container_id: id.into(),
+                cmd: vec!["true".into()],
+                timeout: 10,
+            })
+            .await
+            .map_err(|s| format!("ExecSync {id}: {s}"))?;
+        Ok(reply.into_inner().exit_code)
+    }
+
+    /// StopContainer with timeout 0 (straight to SIGKILL) + RemoveContainer.
+    async fn stop_remove(&mut self, id: &str) -> Result<()> {
+        self.rt
+            .stop_container(StopContainerRequest {
+                container_id: id.into(),
+                timeout: 0,
+            })
+            .await
+            .map_err(|s| format!("StopContainer {id}: {s}"))?;
+        self.rt
+            .remove_container(RemoveContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .map_err(|s| format!("RemoveContainer {id}: {s}"))?;
+        Ok(())
+    }
+
+    async fn running_containers(&mut self) -> Result<usize> {
+        let list = self
+            .rt
+            .list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    state: Some(ContainerStateValue {
+                        state: ContainerState::ContainerRunning as i32,
+                    }),
+                    label_selector: HashMap::from([(LABEL.to_string(), "true".to_string())]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|s| format!("ListContainers: {s}"))?;
+        Ok(list.into_inner().containers.len())
+    }
+
+    /// Stops and removes every pod carrying the bench's label (also after a failure).
+    async fn remove_all_pods(&mut self) -> Result<()> {
+        let list = self
+            .rt
+            .list_pod_sandbox(ListPodSandboxRequest {
+                filter: Some(PodSandboxFilter {
+                    label_selector: HashMap::from([(LABEL.to_string(), "true".to_string())]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|s| format!("ListPodSandbox: {s}"))?;
+        let mut first_error = None;
+        for pod in list.into_inner().items {
+            if let Err(err) = self.remove_pod(&pod.id).await {
+                eprintln!("cleanup: {err}");
+                first_error.get_or_insert(err);
+            }
+        }
+        match first_error {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Resident and proportional set size from `/proc/<pid>/smaps_rollup`.
+#[derive(Debug, Default, Clone, Copy)]
+struct Memory {
+    rss_kib: u64,
+    pss_kib: u64,
+}
+
+impl Memory {
+    fn of(pid: u32) -> Result<Memory> {
+        let path = format!("/proc/{pid}/smaps_rollup");
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("read {path}: {e}"))?;
+        let field = |name: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(Memory {
+            rss_kib: field("Rss:"),
+            pss_kib: field("Pss:"),
+        })
+    }
+}
+
+/// The shim serving `pod`: a process whose program name contains "shim" and whose arguments
+/// include the pod id (crius-shim `--id <pod>`, containerd-shim-runc-v2 `-id <pod>`).
+fn find_shim(pod: &str) -> Option<u32> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let mut args = cmdline.split(|b| *b == 0);
+        let Some(argv0) = args.next() else { continue };
+        let program = String::from_utf8_lossy(argv0);
+        let base = program.rsplit('/').next().unwrap_or("");
+        if base.contains("shim") && !base.contains("helper") && args.any(|a| a == pod.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// crius on `<work>/crius`, with its own CNI config and registry hosts dir, logging at info.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(work: &TestDir, log: Option<&Path>) -> Result<Daemon> {
+        let bin = crius_tests::binary("crius")?;
+        let dir = work.join("crius");
+        let conf_dir = work.join("net.d");
+        let hosts = work.join("certs.d");
+        for d in [&dir, &conf_dir, &hosts] {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(
+            conf_dir.join("10-crius-bench.conflist"),
+            conflist("crius-bench", BRIDGE, SUBNET, &work.join("ipam")),
+        )?;
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "log_level = \"info\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
+                 [cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{CNI_BIN}\"]\n",
+                hosts.display(),
+                conf_dir.display()
+            ),
+        )?;
+        let socket = dir.join("crius.sock");
+        let log_path = log.map_or_else(|| dir.join("crius.log"), Path::to_path_buf);
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| format!("create {}: {e}", log_path.display()))?;
+        let child = Command::new(&bin)
+            .arg("--config")
+            .arg(&config)
+            .arg("--root")
+            .arg(dir.join("root"))
+            .arg("--state")
+            .arg(dir.join("state"))
+            .arg("--listen")
+            .arg(format!("unix://{}", socket.display()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", bin.display()))?;
+        println!("crius: {} (pid {})", bin.display(), child.id());
+        Ok(Daemon { child, socket })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn connect(&self) -> Result<Channel> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if tokio::net::UnixStream::connect(&self.socket).await.is_ok() {
+                return Ok(crius_tests::crius::connect(&self.socket).await?);
+            }
+            if Instant::now() > deadline {
+                return Err(
+                    format!("crius socket {} not up in 30 s", self.socket.display()).into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s; reaps it.
+    fn stop(mut self) {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        let pid = Pid::from_raw(self.child.id() as i32);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("crius did not stop within 10 s of SIGTERM; killing it");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A bridge network conflist like the e2e tests use (no masquerade: no iptables rules).
+fn conflist(name: &str, bridge: &str, subnet: &str, ipam_dir: &Path) -> String {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": name,
+        "plugins": [{
+            "type": "bridge",
+            "bridge": bridge,
+            "isGateway": true,
+            "ipMasq": false,
+            "hairpinMode": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": subnet}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+                "dataDir": ipam_dir.display().to_string(),
+            }
+        }]
+    })
+    .to_string()
+}
+
+/// `<hosts_dir>/<mirror>/hosts.toml` sending pulls of `<mirror>/...` to the local registry.
+fn write_mirror(hosts_dir: &Path, mirror: &str, registry: &str) -> Result<()> {
+    let dir = hosts_dir.join(mirror);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("hosts.toml"),
+        format!(
+            "server = \"http://{registry}\"\n\n[host.\"http://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    )?;
+    Ok(())
+}
+
+fn delete_link(name: &str) {
+    let exists = Path::new("/sys/class/net").join(name).exists();
+    if exists {
+        match Command::new("ip").args(["link", "del", name]).status() {
+            Ok(s) if s.success() => {}
+            other => eprintln!("cleanup: ip link del {name}: {other:?}"),
+        }
+    }
+}
+
+/// Removes the (empty) cgroups below `crius-bench` in every hierarchy, deepest first.
+fn remove_cgroups() {
+    fn remove_tree(dir: &Path) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    remove_tree(&entry.path());
+                }
+            }
+        }
+        if let Err(err) = std::fs::remove_dir(dir) {
+            eprintln!("cleanup: rmdir {}: {err}", dir.display());
+        }
+    }
+    let root = Path::new("/sys/fs/cgroup");
+    let mut candidates = vec![root.join(CGROUP_ROOT)];
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for entry in entries.flatten() {
+            candidates.push(entry.path().join(CGROUP_ROOT));
+        }
+    }
+    for dir in candidates {
+        // Hierarchies mounted twice (cpu,cpuacct and its links) show the same dir again.
+        if dir.is_dir() && !entry_is_symlinked(&dir) {
+            remove_tree(&dir);
+        }
+    }
+}
+
+fn entry_is_symlinked(dir: &Path) -> bool {
+    dir.parent()
+        .and_then(|p| std::fs::symlink_metadata(p).ok())
+        .map(|m| m.file_type().is_symlink())
+        .unwrap_or(false)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Images the bench pushes besides busybox.
+
+#[derive(Debug, Clone, Default)]
+struct BigImage {
+    layers: usize,
+    compressed: u64,
+    uncompressed: u64,
+}
+
+/// A layer as pushed: gzip blob and the digest of the uncompressed tar.
+struct Blob {
+    gz: Vec<u8>,
+    diff_id: String,
+}
+
+fn blob_of_tar(tar: &[u8]) -> Result<Blob> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(tar)?;
+    Ok(Blob {
+        gz: enc.finish()?,
+        diff_id: crius_tests::sha256_digest(tar),
+    })
+}
+
+/// Pushes an OCI image of `layers` (the busybox layer first) with `config` (an image config's
+/// `config` object) to `repository:tag`.
+fn push_image(
+    registry: &Registry,
+    repository: &str,
+    tag: &str,
+    config: serde_json::Value,
+    layers: &[Blob],
+) -> Result<()> {
+    let client = registry.client();
+    let base = images::busybox_layer()?;
+    let mut diff_ids = vec![base.diff_id.clone()];
+    let mut descriptors = vec![json!({
+        "mediaType": images::OCI_LAYER_GZIP,
+        "digest": client.push_blob(repository, &base.blob)?,
+        "size": base.blob.len(),
+    })];
+    for layer in layers {
+        diff_ids.push(layer.diff_id.clone());
+        descriptors.push(json!({
+            "mediaType": images::OCI_LAYER_GZIP,
+            "digest": client.push_blob(repository, &layer.gz)?,
+            "size": layer.gz.len(),
+        }));
+    }
+    let config = serde_json::to_vec(&json!({
+        "architecture": images::host_arch(),
+        "os": "linux",
+        "config": config,
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }))?;
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": images::OCI_MANIFEST,
+        "config": {
+            "mediaType": images::OCI_CONFIG,
+            "digest": client.push_blob(repository, &config)?,
+            "size": config.len(),
+        },
+        "layers": descriptors,
+    }))?;
+    client.push_manifest(repository, tag, images::OCI_MANIFEST, &manifest)?;
+    Ok(())
+}
+
+/// A tar of regular files (parent dirs added as entries), all owned by root with a fixed mtime.
+fn tar_of(files: &[(String, Vec<u8>)]) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut dirs = std::collections::BTreeSet::new();
+    for (path, data) in files {
+        let mut parent = String::new();
+        for part in path
+            .split('/')
+            .collect::<Vec<_>>()
+            .split_last()
+            .map(|x| x.1)
+            .unwrap_or(&[])
+        {
+            parent.push_str(part);
+            parent.push('/');
+            if dirs.insert(parent.clone()) {
+                let mut h = tar::Header::new_ustar();
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(0o755);
+                h.set_mtime(1_700_000_000);
+                h.set_size(0);
+                builder.append_data(&mut h, &parent, std::io::empty())?;
+            }
+        }
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(if path == "pause" { 0o755 } else { 0o644 });
+        h.set_mtime(1_700_000_000);
+        h.set_size(data.len() as u64);
+        builder.append_data(&mut h, path, &data[..])?;
+    }
+    Ok(builder.into_inner()?)
+}
+
+/// The sandbox image for another runtime: crius-pause (static) as `/pause`.
+fn push_pause_image(registry: &Registry, work: &TestDir) -> Result<()> {
+    let shim = crius_tests::binary("crius-shim")?;
+    let dest = work.join("pause");
+    let status = Command::new(&shim)
+        .arg("--install-pause")
+        .arg(&dest)
+        .status()?;
+    if !status.success() {
+        return Err(format!("{} --install-pause: {status}", shim.display()).into());
+    }
+    let layer = blob_of_tar(&tar_of(&[("pause".into(), std::fs::read(&dest)?)])?)?;
+    push_image(
+        registry,
+        PAUSE_REPOSITORY,
+        "latest",
+        json!({"Entrypoint": ["/pause"], "Env": [images::ENV_PATH]}),
+        &[layer],
+    )
+}
+
+/// Text-like bytes: words from a small vocabulary picked by a xorshift generator (the data of
+/// `image/benches/pull.rs`, so both benches pull an image of the same shape and compressibility).
+struct Words {
+    state: u64,
+    vocab: Vec<Vec<u8>>,
+}
+
+impl Words {
+    fn new(seed: u64) -> Words {
+        let mut w = Words {
+            state: seed | 1,
+            vocab: Vec::new(),
+        };
+        for _ in 0..4096 {
+            let len = 2 + (w.next() % 9) as usize;
+            let word: Vec<u8> = (0..len).map(|_| b'a' + (w.next() % 26) as u8).collect();
+            w.vocab.push(word);
+        }
+        w
+    }
+
+    fn next(&mut self) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(n + 16);
+        while out.len() < n {
+            let i = (self.next() % self.vocab.len() as u64) as usize;
+            out.extend_from_slice(&self.vocab[i]);
+            out.push(if self.next().is_multiple_of(12) {
+                b'\n'
+            } else {
+                b' '
+            });
+        }
+        out.truncate(n);
+        out
+    }
+}
+
+fn small_files(words: &mut Words, dir: &str, count: usize, max: usize) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for i in 0..count {
+        if i % 100 == 0 {
+            files.push((format!("{dir}/d{}/.keep", i / 100), Vec::new()));
+        }
+        let size = 256 + (words.next() as usize % max);
+        files.push((format!("{dir}/d{}/f{i}.txt", i / 100), words.bytes(size)));
+    }
+    files
+}
+
+/// busybox plus four generated layers, ~200 MB unpacked: 8000 small files; two 40 MB files;
+/// 4000 small files and a 30 MB file; one 30 MB file.
+fn push_big_image(registry: &Registry) -> Result<BigImage> {
+    let mut words = Words::new(0x5eed);
+    let mut tars = vec![tar_of(&small_files(&mut words, "small-a", 8000, 7000))?];
+    tars.push(tar_of(&[
+        ("large/one.txt".into(), words.bytes(40_000_000)),
+        ("large/two.txt".into(), words.bytes(40_000_000)),
+    ])?);
+    let mut files = small_files(&mut words, "small-b", 4000, 11000);
+    files.push(("large/three.txt".into(), words.bytes(30_000_000)));
+    tars.push(tar_of(&files)?);
+    tars.push(tar_of(&[(
+        "large/four.bin".into(),
+        words.bytes(30_000_000),
+    )])?);
+
+    let base = images::busybox_layer()?;
+    let mut info = BigImage {
+        layers: tars.len() + 1,
+        compressed: base.blob.len() as u64,
+        uncompressed: 0,
+    };
+    let mut blobs = Vec::new();
+    for tar in &tars {
+        info.uncompressed += tar.len() as u64;
+        let blob = blob_of_tar(tar)?;
+        info.compressed += blob.gz.len() as u64;
+        blobs.push(blob);
+    }
+    drop(tars);
+    // busybox's own tar size is not known here; its blob is ~1 MB and counted compressed only.
+    push_image(
+        registry,
+        BIG_REPOSITORY,
+        "v1",
+        json!({"Cmd": ["sh"], "Env": [images::ENV_PATH]}),
+        &blobs,
+    )?;
+    Ok(info)
+}

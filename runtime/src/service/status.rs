@@ -51,9 +51,41 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
         runtime_handlers: vec![RuntimeHandler {
             // The default handler: the empty name is what kubelet sends without a RuntimeClass.
             name: String::new(),
-            // Advertised once the mount and user-namespace work lands.
-            features: Some(RuntimeHandlerFeatures::default()),
+            features: Some(RuntimeHandlerFeatures {
+                // libcontainer applies `rro` with mount_setattr(AT_RECURSIVE): Linux 5.12+
+                // (e2e: tests/tests/security.rs).
+                recursive_read_only_mounts: kernel_at_least(5, 12),
+                user_namespaces: false,
+            }),
         }],
-        features: Some(RuntimeFeatures::default()),
+        features: Some(RuntimeFeatures {
+            // Merge and Strict are both applied when the process user is resolved.
+            supplemental_groups_policy: true,
+            user_namespaces_host_network: false,
+        }),
     })
+}
+
+/// Whether the running kernel's release (`/proc/sys/kernel/osrelease`) is at least
+/// `major.minor`; false when it cannot be read.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn this_kernel_has_mount_setattr() {
+        // the e2e tests run on 6.x
+        assert!(super::kernel_at_least(5, 12));
+        assert!(!super::kernel_at_least(999, 0));
+    }
 }

@@ -278,6 +278,12 @@ impl Daemon {
             log_path: None,
         })
         .await?;
+        // libcontainer has made the pod cgroup with the pause container: limit it before
+        // anything runs in it.
+        let (cgroup, pod_config) = (record.cgroup.clone(), config.clone());
+        tokio::task::spawn_blocking(move || cgroups::apply_pod_resources(&cgroup, &pod_config))
+            .await
+            .map_err(|e| Error::internal("apply pod resources", e))??;
         let pid = shim.start(&id).await?;
         record.pause_pid = u32::try_from(pid).ok();
         record.state = SandboxState::Ready;
@@ -488,8 +494,10 @@ fn pod_network(
     })
 }
 
-/// Writes `config.json` into a bundle directory, with `oom_score_adj` clamped to what this
-/// node allows (see [`crate::util::min_oom_score_adj`]).
+/// Writes `config.json` into a bundle directory, adapted to what this node has:
+/// `oom_score_adj` clamped to what it allows (see [`crate::util::min_oom_score_adj`]), and
+/// hugepage limits dropped when there is no hugetlb controller (kubelet sends a zero limit
+/// for every page size, and libcontainer refuses limits of a missing controller).
 pub fn write_spec(bundle: &Path, spec: &oci_spec::runtime::Spec) -> Result<()> {
     let mut spec = spec.clone();
     if let Some(process) = spec.process_mut() {
@@ -498,6 +506,16 @@ pub fn write_spec(bundle: &Path, spec: &oci_spec::runtime::Spec) -> Result<()> {
             if adj < min {
                 process.set_oom_score_adj(Some(min));
             }
+        }
+    }
+    let no_hugetlb = cgroups::Hierarchy::host().is_ok_and(|h| !h.has_controller("hugetlb"));
+    if no_hugetlb {
+        if let Some(resources) = spec
+            .linux_mut()
+            .as_mut()
+            .and_then(|l| l.resources_mut().as_mut())
+        {
+            resources.set_hugepage_limits(None);
         }
     }
     let spec = &spec;

@@ -3,8 +3,8 @@
 //! The shim never writes to stdout/stderr (they are /dev/null once it has daemonized), and
 //! libcontainer's events, also those emitted inside a container's init before it execs, land
 //! here rather than in container output. Level from `CRIUS_SHIM_LOG` (`error`, `warn`, `info`,
-//! `debug`, `trace`; default `info`); libcontainer's own events are kept at `warn` and above
-//! unless the level is `debug` or `trace`.
+//! `debug`, `trace`; default `info`); libcontainer's own events are kept at `error` unless the
+//! level is `debug` or `trace`.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -41,10 +41,13 @@ pub fn init(file: File) -> RawFd {
         .ok()
         .and_then(|v| v.parse::<Level>().ok())
         .unwrap_or(Level::INFO);
+    // libcontainer's warnings (e.g. every v1 controller the host lacks, on every create and
+    // exec) would grow the log of a long-lived pod without end; its errors reach the shim in
+    // the helper's report anyway.
     let others = if own >= Level::DEBUG {
         own
     } else {
-        Level::WARN
+        Level::ERROR
     };
     let fd = file.as_raw_fd();
     LOG_FD.store(fd, Ordering::Relaxed);

@@ -333,7 +333,7 @@ fn user_namespace_mappings() {
         namespace_options: Some(ns),
         ..Default::default()
     });
-    let spec = container_spec(&input(&f, &config, &sandbox)).unwrap();
+    let spec = build_container_spec(&input(&f, &config, &sandbox)).unwrap();
     assert_eq!(
         ns_path(&spec, LinuxNamespaceType::User),
         Some(Some(PathBuf::from("/proc/4242/ns/user")))
@@ -346,7 +346,7 @@ fn user_namespace_mappings() {
     );
     assert!(linux.gid_mappings().is_some());
 
-    let pause = sandbox_spec(&sandbox_input(&sandbox)).unwrap();
+    let pause = build_sandbox_spec(&sandbox_input(&sandbox)).unwrap();
     assert_eq!(ns_path(&pause, LinuxNamespaceType::User), Some(None));
     assert!(pause.linux().as_ref().unwrap().uid_mappings().is_some());
 
@@ -355,7 +355,15 @@ fn user_namespace_mappings() {
         namespace_options: Some(NamespaceOption::default()),
         ..Default::default()
     });
-    assert!(container_spec(&input(&f, &plain, &sandbox))
+    assert!(build_container_spec(&input(&f, &plain, &sandbox))
+        .unwrap_err()
+        .is_invalid_argument());
+
+    // Until USER_NAMESPACES is on, the public entry points refuse it by name.
+    let err = sandbox_spec(&sandbox_input(&sandbox)).unwrap_err();
+    assert!(err.is_invalid_argument());
+    assert!(err.to_string().contains("userns_options"), "{err}");
+    assert!(container_spec(&input(&f, &config, &sandbox))
         .unwrap_err()
         .is_invalid_argument());
 }
@@ -795,7 +803,7 @@ fn user_namespace_on_host_network_binds_sys() {
     let config = pod(ns, false);
     let mut i = sandbox_input(&config);
     i.netns_path = None;
-    let spec = sandbox_spec(&i).unwrap();
+    let spec = build_sandbox_spec(&i).unwrap();
     let sys = spec
         .mounts()
         .clone()

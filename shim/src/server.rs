@@ -35,6 +35,10 @@ const EXEC_DRAIN_GRACE: Duration = Duration::from_millis(100);
 /// report naming it is read, which takes milliseconds); short, as pids get reused.
 const ORPHAN_EXIT_TTL: Duration = Duration::from_secs(5);
 
+/// A helper that has not reported after this long is killed (its request then fails), so a
+/// stuck libcontainer call cannot leave a container "creating" forever.
+const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// On shutdown, how long to try to deliver the last replies.
 const FLUSH_ON_EXIT: Duration = Duration::from_secs(1);
 
@@ -183,6 +187,8 @@ struct PendingHelper {
     chan: OwnedFd,
     container: String,
     purpose: HelperPurpose,
+    /// When to kill it; `None` once killed.
+    deadline: Option<Instant>,
 }
 
 #[derive(Clone)]
@@ -415,6 +421,7 @@ impl Shim {
                 };
                 [deadline, j.drain_until]
             })
+            .chain(self.helpers.values().map(|h| h.deadline))
             .flatten()
             .min();
         match next {
@@ -428,7 +435,7 @@ impl Shim {
 
     fn dispatch(&mut self, source: Source, revents: i16) {
         match source {
-            Source::Helper(id) => self.on_helper(id),
+            Source::Helper(id) => self.on_helper(id, false),
             Source::Signals => {
                 for sig in self.signals.drain() {
                     match sig {
@@ -818,6 +825,7 @@ impl Shim {
                 chan: spawned.chan,
                 container: id.to_owned(),
                 purpose,
+                deadline: Some(Instant::now() + HELPER_TIMEOUT),
             },
         );
         Ok(())
@@ -1126,13 +1134,20 @@ impl Shim {
 
     // ----- helpers, exits, output --------------------------------------------------------
 
-    fn on_helper(&mut self, key: u64) {
+    /// A helper's report socket is readable, or (`exited`) the helper was reaped: a helper that
+    /// exits without a report failed (its children may hold the socket open, so its end is
+    /// not seen as EOF).
+    fn on_helper(&mut self, key: u64, exited: bool) {
         let Some(helper) = self.helpers.get(&key) else {
             return;
         };
         let mut crashed = false;
         let result = match helper::receive(&helper.chan) {
-            Ok(None) => return,
+            Ok(None) if !exited => return,
+            Ok(None) => {
+                crashed = true;
+                Err(format!("helper {} exited without a report", helper.pid))
+            }
             Ok(Some((outcome, fd))) => match outcome {
                 Outcome::Ok { pid } => Ok((pid, fd)),
                 Outcome::Err { message } => Err(message),
@@ -1290,7 +1305,16 @@ impl Shim {
     fn on_exit(&mut self, pid: i32, status: i32) {
         if let Some(i) = self.helper_pids.iter().position(|p| *p == pid) {
             self.helper_pids.swap_remove(i);
-            return; // its report says how it went
+            // Usually its report was read already; if not, it is read now or the helper failed.
+            let pending = self
+                .helpers
+                .iter()
+                .find(|(_, h)| h.pid == pid)
+                .map(|(k, _)| *k);
+            if let Some(key) = pending {
+                self.on_helper(key, true);
+            }
+            return;
         }
         let container = self
             .containers
@@ -1472,6 +1496,14 @@ impl Shim {
         }
         for id in finish {
             self.maybe_finish_exec(id);
+        }
+        for h in self.helpers.values_mut() {
+            if h.deadline.is_some_and(|t| now >= t) {
+                warn!(target: "crius_shim", pid = h.pid, container = %h.container, "helper timed out; killing it");
+                h.deadline = None;
+                // SAFETY: kill(2) of our unreaped child; its report socket then closes.
+                unsafe { libc::kill(h.pid, libc::SIGKILL) };
+            }
         }
     }
 

@@ -650,3 +650,22 @@ fn abandoned_waits_do_not_pile_up() {
         client.delete(&bundle.id, true).await.unwrap();
     });
 }
+
+#[test]
+fn a_helper_that_dies_without_reporting_fails_the_request() {
+    // `true` exits at once without a report, like a helper that crashed.
+    let pod = Pod::start_with("nohelper", "debug", &["--helper", "/bin/true"]);
+    let bundle = pod.bundle("c", &["sleep", "1000"]);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let e = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap_err();
+        assert_eq!(e.shim_error().unwrap().kind, ErrorKind::Internal, "{e}");
+        assert!(e.to_string().contains("without a report"), "{e}");
+        assert!(client.list().await.unwrap().is_empty());
+        client.shutdown().await.unwrap();
+    });
+    assert!(wait_for(Duration::from_secs(5), || !pod.shim_alive()));
+}

@@ -46,6 +46,11 @@ impl Pod {
 
     /// Start a shim for a pod named after the test, logging at `level`.
     pub fn start_logging(name: &str, level: &str) -> Pod {
+        Pod::start_with(name, level, &[])
+    }
+
+    /// Start a shim with extra command-line arguments.
+    pub fn start_with(name: &str, level: &str, extra: &[&str]) -> Pod {
         let id = format!("crius-{name}");
         let dir = tempfile::Builder::new()
             .prefix(&format!("crius-shim-{name}-"))
@@ -55,6 +60,7 @@ impl Pod {
         let out = Command::new(SHIM)
             .args(["--id", &id, "--state-dir"])
             .arg(&state)
+            .args(extra)
             .env("CRIUS_SHIM_LOG", level)
             .output()
             .unwrap();

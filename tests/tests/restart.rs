@@ -237,3 +237,65 @@ async fn shim_killed_while_crius_is_down() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+/// The first entry of `dir`, if any.
+fn first_entry(dir: &Path) -> Option<String> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .next()
+}
+
+#[tokio::test]
+async fn crius_killed_during_run_pod_sandbox() {
+    let mut env = Env::new(43).await;
+    // Kill crius as soon as RunPodSandbox reaches each of these steps: its files, its netns,
+    // its shim. Whatever it had done is undone at the next start.
+    for (round, step) in ["pods", "netns", "shims"].into_iter().enumerate() {
+        let config = env.pod_config(&format!("interrupted-{round}"), false);
+        let mut rt = env.rt();
+        let call = tokio::spawn(async move {
+            rt.run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await
+        });
+        let dir = env.crius.state().join(step);
+        let id = wait_for(
+            &format!("RunPodSandbox to reach {step}"),
+            Duration::from_secs(20),
+            || {
+                let dir = dir.clone();
+                async move { first_entry(&dir) }
+            },
+        )
+        .await;
+        env.crius.kill9().unwrap();
+        let finished = call.await.unwrap();
+        env.pods.push(id.clone());
+        env.crius.restart().await.unwrap();
+        let listed = env.list_pods(PodSandboxFilter::default()).await;
+        eprintln!(
+            "killed at {step}: RunPodSandbox {}",
+            if finished.is_ok() {
+                "had finished"
+            } else {
+                "was interrupted"
+            }
+        );
+        match finished {
+            // Too late to interrupt: the pod is complete and stays.
+            Ok(resp) => {
+                assert_eq!(resp.into_inner().pod_sandbox_id, id);
+                assert_eq!(listed.len(), 1, "{listed:?}");
+                env.remove_pod(&id).await;
+            }
+            Err(_) => assert!(listed.is_empty(), "interrupted pod listed: {listed:?}"),
+        }
+        env.assert_pod_gone(&id).await;
+        assert!(env.allocated_ips().is_empty(), "{:?}", env.allocated_ips());
+    }
+    env.assert_no_leaks().await;
+}

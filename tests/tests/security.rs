@@ -224,6 +224,35 @@ async fn users_and_groups() {
         "uid=1000(crius) gid=1000(crius) groups=1000(crius),5000"
     );
 
+    // ContainerStatus.user reports the identity the process started with (kubelet shows it in
+    // the pod status).
+    let user_of = |policy: SupplementalGroupsPolicy, name: &str| {
+        let mut c = container(&env, name, &["true"]);
+        sc(&mut c).run_as_user = Some(Int64Value { value: 1000 });
+        sc(&mut c).supplemental_groups = vec![5000];
+        sc(&mut c).supplemental_groups_policy = policy as i32;
+        c
+    };
+    for (policy, name, groups) in [
+        (
+            SupplementalGroupsPolicy::Merge,
+            "status-merge",
+            vec![1000, 1001, 5000],
+        ),
+        (
+            SupplementalGroupsPolicy::Strict,
+            "status-strict",
+            vec![1000, 5000],
+        ),
+    ] {
+        let id = env.create(&p.id, &p.config, user_of(policy, name)).await;
+        let user = env.status(&id).await.user.unwrap().linux.unwrap();
+        assert_eq!(
+            (user.uid, user.gid, user.supplemental_groups),
+            (1000, 1000, groups)
+        );
+    }
+
     // Names the image does not know, and a group without a user, are refused.
     let mut c = container(&env, "unknown-user", &["id"]);
     sc(&mut c).run_as_username = "crius-nobody-here".into();

@@ -103,6 +103,10 @@ pub async fn status(
             windows: None,
         }),
         image_id: r.image_id.clone(),
+        user: d
+            .container_spec(&r.id)
+            .ok()
+            .and_then(|s| crate::spec::process_user(&s)),
         ..Default::default()
     };
     let mut info = HashMap::new();

@@ -8,6 +8,8 @@
 //! - [`sandbox_spec`]`(&`[`SandboxSpecInput`]`) -> Result<Spec>`: the pause container.
 //! - [`container_spec`]`(&`[`ContainerSpecInput`]`) -> Result<Spec>`: a container of a pod.
 //! - [`exec_process`]`(&Spec, cmd, tty) -> Result<Process>`: an ExecSync/Exec process.
+//! - [`process_user`]`(&Spec) -> Option<ContainerUser>`: uid, gid and groups for
+//!   `ContainerStatus.user`.
 //! - [`stop_signal`]`(&ContainerConfig, &image_config) -> Result<i32>`.
 //! - [`resources_to_oci`]`(&LinuxContainerResources) -> Result<LinuxResources>`, also for
 //!   UpdateContainerResources.
@@ -710,6 +712,28 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     spec.set_annotations(Some(notes));
     spec.set_linux(Some(linux));
     Ok(spec)
+}
+
+/// The identity the container's first process starts with, for `ContainerStatus.user`
+/// (kubelet reports it in the pod status; critest checks it for supplemental_groups_policy).
+pub fn process_user(spec: &Spec) -> Option<crius_api::v1::ContainerUser> {
+    let user = spec.process().as_ref()?.user();
+    let mut groups: Vec<i64> = user
+        .additional_gids()
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .map(|g| i64::from(*g))
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    Some(crius_api::v1::ContainerUser {
+        linux: Some(crius_api::v1::LinuxContainerUser {
+            uid: i64::from(user.uid()),
+            gid: i64::from(user.gid()),
+            supplemental_groups: groups,
+        }),
+    })
 }
 
 /// The process for ExecSync/Exec in a running container: `cmd` and `tty` from the request,

@@ -522,6 +522,53 @@ async fn privileged_containers() {
     }
     let timer_list_len: u64 = out.lines().last().unwrap().trim().parse().unwrap();
     assert!(timer_list_len > 0, "/proc/timer_list is not masked: {out}");
+    // BIDIRECTIONAL (privileged only, as kubelet allows): a mount made in the container
+    // appears on the host.
+    let dir = TestDir::new("sec-bidi").unwrap();
+    let shared = dir.join("shared");
+    std::fs::create_dir_all(shared.join("sub")).unwrap();
+    let mut host_mounts = HostMounts(Vec::new());
+    host_mounts.run(&["--bind", shared.to_str().unwrap()], &shared);
+    host_mounts.run(&["--make-rshared"], &shared);
+    // the container's mount is unmounted on the host at the end, even on failure
+    host_mounts.0.push(shared.join("sub"));
+    let mut c = container(&env, "bidi", &["sleep", "1000"]);
+    sc(&mut c).privileged = true;
+    c.mounts = vec![cri_mount(
+        &shared,
+        "/bidi",
+        false,
+        MountPropagation::PropagationBidirectional,
+    )];
+    let bidi = env
+        .create_start(&privileged.id, &privileged.config, c)
+        .await;
+    let out = env
+        .exec(
+            &bidi,
+            &[
+                "busybox",
+                "mount",
+                "-t",
+                "tmpfs",
+                "crius-sec-bidi",
+                "/bidi/sub",
+            ],
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let host_view = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let sub = shared.join("sub").display().to_string();
+    assert!(
+        host_view
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(sub.as_str())),
+        "the container's mount did not reach the host"
+    );
+    env.stop(&bidi, 0).await;
+
     // A non-privileged container in a privileged pod stays confined.
     let out = run_ok(&env, &privileged, shell(&env, "confined", script)).await;
     assert_eq!(hex_field(&out, "CapEff"), DEFAULT_CAPS, "{out}");
@@ -529,6 +576,7 @@ async fn privileged_containers() {
 
     env.remove_pod(&plain.id).await;
     env.remove_pod(&privileged.id).await;
+    drop(host_mounts);
     env.assert_no_leaks().await;
 }
 

@@ -668,6 +668,41 @@ mod tests {
         assert!(clean_entry_path(Path::new("/etc/passwd")).is_err());
     }
 
+    fn pax_record(key: &str, value: &str) -> String {
+        // "<len> <key>=<value>\n" where len counts the whole record, its own digits included.
+        let body = format!(" {key}={value}\n");
+        let mut len = body.len() + 1;
+        while format!("{len}").len() + body.len() != len {
+            len += 1;
+        }
+        format!("{len}{body}")
+    }
+
+    #[test]
+    fn xattrs_from_pax_headers() {
+        if !is_root() {
+            return;
+        }
+        let mut b = tar::Builder::new(Vec::new());
+        let records = pax_record("SCHILY.xattr.user.crius", "yes");
+        let mut pax = header("x", tar::EntryType::XHeader, records.len() as u64, 0o644);
+        raw_name(&mut pax, "PaxHeaders/f");
+        b.append(&pax, records.as_bytes()).unwrap();
+        let h = header("f", tar::EntryType::Regular, 1, 0o644);
+        b.append(&h, &b"x"[..]).unwrap();
+        let data = b.into_inner().unwrap();
+        let (dir, r) = unpack(&data, false);
+        r.unwrap();
+        let p = CString::new(dir.path().join("snap/fs/f").as_os_str().as_bytes()).unwrap();
+        let n = CString::new("user.crius").unwrap();
+        let mut buf = [0u8; 8];
+        // SAFETY: valid strings and buffer.
+        let len =
+            unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        assert_eq!(len, 3, "xattr user.crius set");
+        assert_eq!(&buf[..3], b"yes");
+    }
+
     #[test]
     fn unpacks_files_links_whiteouts() {
         if !is_root() {

@@ -550,7 +550,7 @@ async fn stalled_download_is_cancelled() {
         "layers": [],
     }))
     .unwrap();
-    let fake = FakeRegistry::start(move |_, path, _| {
+    let fake = FakeRegistry::start(move |_, path, _, _| {
         if path.contains("/manifests/") {
             Reply::ok(
                 manifest.clone(),
@@ -605,7 +605,7 @@ async fn bearer_token_flow() {
     let pc = port_cell.clone();
     let token_requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let tr = token_requests.clone();
-    let fake = FakeRegistry::start(move |_, path, headers| {
+    let fake = FakeRegistry::start(move |method, path, headers, body| {
         let auth = headers
             .iter()
             .find(|(k, _)| k == "authorization")
@@ -613,6 +613,14 @@ async fn bearer_token_flow() {
             .unwrap_or("");
         if path.starts_with("/token") {
             tr.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if method == "POST" {
+                // An identity token is exchanged as an OAuth2 refresh token.
+                let form = String::from_utf8_lossy(body);
+                if form.contains("grant_type=refresh_token") && form.contains("refresh_token=id-tok") {
+                    return Reply::ok(br#"{"access_token":"tok-123"}"#.to_vec(), "application/json");
+                }
+                return Reply::status(401);
+            }
             // user:pass is dXNlcjpwYXNz
             if auth == "Basic dXNlcjpwYXNz" && path.contains("scope=repository%3Acrius%2Ftok%3Apull") {
                 return Reply::ok(br#"{"token":"tok-123"}"#.to_vec(), "application/json");
@@ -671,4 +679,65 @@ async fn bearer_token_flow() {
     };
     store2.pull(&name, &rt).await.unwrap();
     assert_eq!(token_requests.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    let store3 = open(&root.path().join("r3"), None);
+    let identity = Auth {
+        identity_token: "id-tok".into(),
+        ..Default::default()
+    };
+    store3.pull(&name, &identity).await.unwrap();
+    assert_eq!(token_requests.load(std::sync::atomic::Ordering::SeqCst), 3);
+    let bad_identity = Auth {
+        identity_token: "wrong".into(),
+        ..Default::default()
+    };
+    let err = open(&root.path().join("r4"), None)
+        .pull(&name, &bad_identity)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("credentials rejected"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_pull_leaves_no_temp_files() {
+    let layer = vec![7u8; 1 << 20];
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [sha256(&layer)]},
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": sha256(&layer), "size": layer.len()}],
+    }))
+    .unwrap();
+    let config_digest = sha256(&config);
+    let fake = FakeRegistry::start(move |_, path, _, _| {
+        if path.contains("/manifests/") {
+            Reply::ok(
+                manifest.clone(),
+                "application/vnd.oci.image.manifest.v1+json",
+            )
+        } else if path.ends_with(&config_digest) {
+            Reply::ok(config.clone(), "application/octet-stream")
+        } else {
+            let mut r = Reply::ok(layer.clone(), "application/octet-stream");
+            r.stall_after = Some(300_000);
+            r
+        }
+    })
+    .await;
+    let root = root();
+    let store = open(root.path(), None);
+    let name = format!("{}/crius/cancel:v1", fake.host());
+    let none = Auth::default();
+    let pull = store.pull(&name, &none);
+    let cancelled = tokio::time::timeout(Duration::from_millis(500), pull).await;
+    assert!(cancelled.is_err(), "the pull stalls until cancelled");
+    assert_no_temp_files(root.path());
+    assert!(store.list(None).unwrap().is_empty());
+    // The config made it in whole; the half-downloaded layer did not.
+    assert_eq!(count_files(&root.path().join("content/sha256")), 2);
 }

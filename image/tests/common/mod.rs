@@ -522,7 +522,7 @@ impl Reply {
 }
 
 /// A minimal HTTP/1.1 server on 127.0.0.1 answering each request with `handler(method, path,
-/// headers)`. Stops when dropped.
+/// headers, body)`. Stops when dropped.
 pub struct FakeRegistry {
     pub port: u16,
     task: tokio::task::JoinHandle<()>,
@@ -531,7 +531,7 @@ pub struct FakeRegistry {
 impl FakeRegistry {
     pub async fn start<F>(handler: F) -> Self
     where
-        F: Fn(&str, &str, &[(String, String)]) -> Reply + Send + Sync + 'static,
+        F: Fn(&str, &str, &[(String, String)], &[u8]) -> Reply + Send + Sync + 'static,
     {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -579,7 +579,7 @@ impl FakeRegistry {
                                 return;
                             }
                         }
-                        let reply = handler(&method, &path, &headers);
+                        let reply = handler(&method, &path, &headers, &body);
                         let mut head = format!(
                             "HTTP/1.1 {} X\r\nContent-Length: {}\r\n",
                             reply.status,

@@ -741,3 +741,105 @@ async fn cancelled_pull_leaves_no_temp_files() {
     // The config made it in whole; the half-downloaded layer did not.
     assert_eq!(count_files(&root.path().join("content/sha256")), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_registry_with_ca_or_skip_verify() {
+    let mut reg = Registry::start();
+    Pusher::new(&reg)
+        .image(
+            "crius/tls",
+            "v1",
+            &ImageSpec::new(vec![tar(&[file("s", "secure")])]),
+        )
+        .await;
+    let ca = reg.restart_with_tls();
+    let name = format!("{}/crius/tls:v1", reg.host());
+    let root = root();
+    let hosts = root.path().join("certs.d");
+    let with = |text: String, n: &str| {
+        let dir = hosts.join(n);
+        hosts_toml(&dir, &reg.host(), &text);
+        open(&root.path().join(n), Some(&dir))
+    };
+    let server = format!("server = \"https://{}\"\n", reg.host());
+
+    let err = with(server.clone(), "untrusted")
+        .pull(&name, &Auth::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+
+    let trusted = with(format!("{server}ca = \"{}\"\n", ca.display()), "ca");
+    let rec = trusted.pull(&name, &Auth::default()).await.unwrap();
+    let lower = trusted.lowerdirs(&rec.id).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(lower[0].join("s")).unwrap(),
+        "secure"
+    );
+
+    with(format!("{server}skip_verify = true\n"), "skip")
+        .pull(&name, &Auth::default())
+        .await
+        .unwrap();
+
+    let err = with(format!("{server}ca = \"missing.crt\"\n"), "missing-ca")
+        .pull(&name, &Auth::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::FailedPrecondition, "{err}");
+    assert!(err.to_string().contains("missing.crt"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_distributable_layer_is_reported() {
+    let layer = tar(&[file("f", "foreign")]);
+    let layer_digest = sha256(&gzip(&layer));
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [sha256(&layer)]},
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": sha256(&config), "size": config.len()},
+        "layers": [{
+            "mediaType": "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+            "digest": layer_digest, "size": 100,
+            "urls": ["https://foreign.example.com/layer"],
+        }],
+    }))
+    .unwrap();
+    let config_digest = sha256(&config);
+    let fake = FakeRegistry::start(move |_, path, _, _| {
+        if path.contains("/manifests/") {
+            Reply::ok(
+                manifest.clone(),
+                "application/vnd.docker.distribution.manifest.v2+json",
+            )
+        } else if path.ends_with(&config_digest) {
+            Reply::ok(config.clone(), "application/octet-stream")
+        } else {
+            Reply::status(404)
+        }
+    })
+    .await;
+    let root = root();
+    let err = open(root.path(), None)
+        .pull(
+            &format!("{}/crius/foreign:v1", fake.host()),
+            &Auth::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::FailedPrecondition, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("non-distributable") && msg.contains("foreign.example.com"),
+        "{msg}"
+    );
+}

@@ -67,31 +67,121 @@ impl Registry {
         );
         let config_path = dir.path().join("config.yml");
         std::fs::write(&config_path, config).unwrap();
-        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
-        let child = Command::new("/usr/bin/docker-registry")
-            .arg("serve")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start /usr/bin/docker-registry");
+        let child = spawn_registry(dir.path(), &config_path);
         let reg = Registry {
             dir,
             port,
             child,
             credentials: credentials.map(|(u, p)| (u.to_string(), p.to_string())),
         };
+        reg.wait_ready();
+        reg
+    }
+
+    fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(15);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "registry did not start: {}",
-                reg.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        reg
+    }
+
+    /// Restarts the registry (same port, same content) serving HTTPS with a certificate for
+    /// 127.0.0.1 signed by a fresh test CA; returns the CA certificate's path.
+    pub fn restart_with_tls(&mut self) -> PathBuf {
+        let d = self.dir.path().to_path_buf();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&d)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.crt",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=crius-test-ca",
+                ],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ],
+            ]
+            .concat(),
+        );
+        std::fs::write(
+            d.join("ext.cnf"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]);
+        let config_path = d.join("config.yml");
+        let config = std::fs::read_to_string(&config_path).unwrap().replace(
+            "  secret: crius-test-secret\n",
+            &format!(
+                "  secret: crius-test-secret\n  tls:\n    certificate: {}\n    key: {}\n",
+                d.join("server.crt").display(),
+                d.join("server.key").display()
+            ),
+        );
+        std::fs::write(&config_path, config).unwrap();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_registry(&d, &config_path);
+        self.wait_ready();
+        d.join("ca.crt")
     }
 
     pub fn host(&self) -> String {
@@ -112,6 +202,22 @@ impl Registry {
             .join(hex)
             .join("data")
     }
+}
+
+fn spawn_registry(dir: &Path, config: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("registry.log"))
+        .unwrap();
+    Command::new("/usr/bin/docker-registry")
+        .arg("serve")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start /usr/bin/docker-registry")
 }
 
 impl Drop for Registry {

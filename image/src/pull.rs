@@ -108,7 +108,8 @@ impl ImageStore {
         options: PullOptions,
     ) -> Result<(Option<ImageRecord>, PullReport)> {
         let reference = Reference::parse(image)?;
-        let key = format!("{reference}|{}", options.unpack);
+        // Pulls with other credentials do not share a run: each gets its own auth errors.
+        let key = format!("{reference}|{}|{}", options.unpack, auth.fingerprint());
         let inner = self.inner.clone();
         let auth = auth.clone();
         self.inner
@@ -121,6 +122,9 @@ impl ImageStore {
                     .pull(&reference, &auth, options, started)
                     .await;
                 drop(gate);
+                inner
+                    .generation
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if inner
                     .gc_pending
                     .swap(false, std::sync::atomic::Ordering::SeqCst)

@@ -46,6 +46,20 @@ impl Auth {
         self.basic().is_none() && self.identity_token.is_empty() && self.registry_token.is_empty()
     }
 
+    /// A digest of the credentials, to tell two sets apart without keeping them in a key.
+    pub(crate) fn fingerprint(&self) -> String {
+        let text = format!(
+            "{}\0{}\0{}\0{}\0{}\0{}",
+            self.username,
+            self.password,
+            self.auth,
+            self.server_address,
+            self.identity_token,
+            self.registry_token
+        );
+        crate::digest::Digest::of(text.as_bytes()).hex()[..16].to_string()
+    }
+
     /// Username and password, from the fields or from `auth`.
     fn basic(&self) -> Option<(String, String)> {
         if !self.username.is_empty() {

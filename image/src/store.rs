@@ -11,9 +11,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
@@ -100,7 +100,14 @@ pub(crate) struct Inner {
     /// in progress has fetched but not yet recorded.
     pub(crate) gc_gate: tokio::sync::RwLock<()>,
     pub(crate) gc_pending: AtomicBool,
+    /// Bumped whenever blobs or snapshots may have changed; keys the fs usage cache.
+    pub(crate) generation: AtomicU64,
+    usage_cache: Mutex<Option<(u64, Instant, FsUsage)>>,
 }
+
+/// How long a computed fs usage is reused when nothing changed in between: walking a large
+/// store costs a stat per file, and kubelet asks every few seconds.
+const USAGE_CACHE_TTL: Duration = Duration::from_secs(30);
 
 fn poisoned() -> Error {
     Error::Internal("image store lock poisoned".into())
@@ -145,6 +152,8 @@ impl ImageStore {
             snapshot_work: Singleflight::default(),
             gc_gate: tokio::sync::RwLock::new(()),
             gc_pending: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+            usage_cache: Mutex::new(None),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -274,9 +283,17 @@ impl ImageStore {
 
     /// Bytes and inodes used by blobs and snapshots.
     pub async fn fs_usage(&self) -> Result<FsUsage> {
+        let generation = self.inner.generation.load(Ordering::SeqCst);
+        if let Ok(cache) = self.inner.usage_cache.lock() {
+            if let Some((g, at, usage)) = cache.as_ref() {
+                if *g == generation && at.elapsed() < USAGE_CACHE_TTL {
+                    return Ok(usage.clone());
+                }
+            }
+        }
         let root = self.inner.config.root.clone();
         let snapshots = self.inner.snapshots.clone();
-        tokio::task::spawn_blocking(move || {
+        let usage = tokio::task::spawn_blocking(move || {
             let mut seen = HashSet::new();
             let mut usage = (0u64, 0u64);
             for dir in [root.join("content"), snapshots.clone()] {
@@ -289,7 +306,11 @@ impl ImageStore {
             }
         })
         .await
-        .map_err(|e| Error::Internal(format!("fs usage task: {e}")))
+        .map_err(|e| Error::Internal(format!("fs usage task: {e}")))?;
+        if let Ok(mut cache) = self.inner.usage_cache.lock() {
+            *cache = Some((generation, Instant::now(), usage.clone()));
+        }
+        Ok(usage)
     }
 }
 
@@ -366,6 +387,7 @@ impl Inner {
         .map_err(|e| Error::Internal(format!("gc task: {e}")))??;
         drop(gate);
         if stats != GcStats::default() {
+            self.generation.fetch_add(1, Ordering::SeqCst);
             tracing::info!(
                 blobs = stats.blobs_removed,
                 snapshots = stats.snapshots_removed,

@@ -117,8 +117,15 @@ async fn pull_by_tag_and_digest_then_list_status_remove() {
     let store = open(root.path(), None);
     assert_eq!(store.get(&name).unwrap().unwrap(), rec2);
 
+    let before = store.fs_usage().await.unwrap();
+    assert_eq!(before, store.fs_usage().await.unwrap());
     // Removing by tag removes the image, its blobs and snapshots; again is a no-op.
     assert_eq!(store.remove(&name).await.unwrap(), Some(rec.id.clone()));
+    let after = store.fs_usage().await.unwrap();
+    assert!(
+        after.used_bytes < before.used_bytes / 10,
+        "{before:?} -> {after:?}"
+    );
     assert!(store.get(&rec.id).unwrap().is_none());
     assert_eq!(store.remove(&name).await.unwrap(), None);
     assert_eq!(count_files(&root.path().join("content/sha256")), 0);

@@ -474,20 +474,28 @@ impl Daemon {
                 return Ok(());
             }
         };
-        if timeout > 0 {
-            shim.kill(id, c.stop_signal, false).await?;
-            if let Ok(exit) = shim
-                .wait(id, Some(Duration::from_secs(timeout as u64)))
-                .await
-            {
-                self.record_exit(id, &exit);
-                return Ok(());
+        let stopped = async {
+            if timeout > 0 {
+                shim.kill(id, c.stop_signal, false).await?;
+                if let Ok(exit) = shim
+                    .wait(id, Some(Duration::from_secs(timeout as u64)))
+                    .await
+                {
+                    return Ok(exit);
+                }
             }
+            shim.kill(id, libc::SIGKILL, true).await?;
+            shim.wait(id, Some(Duration::from_secs(10))).await
+        };
+        match stopped.await {
+            Ok(exit) => {
+                self.record_exit(id, &exit);
+                Ok(())
+            }
+            // The shim died (its client was still cached): the container is lost, not stuck.
+            Err(e) if self.settle_lost(&c.sandbox_id, id, &e.to_string()) => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        shim.kill(id, libc::SIGKILL, true).await?;
-        let exit = shim.wait(id, Some(Duration::from_secs(10))).await?;
-        self.record_exit(id, &exit);
-        Ok(())
     }
 
     /// `RemoveContainer`: kills it if it runs, then removes everything it had. Idempotent.
@@ -510,6 +518,10 @@ impl Daemon {
                 Err(e)
                     if e.shim_error()
                         .is_some_and(|s| s.kind == crius_api::shim::ErrorKind::NotFound) => {}
+                // A dead shim has nothing to delete; what it left is removed below.
+                Err(e) if self.shims.running_pid(&c.sandbox_id).is_none() => {
+                    tracing::warn!(container = id, "shim gone, removing without it: {e}");
+                }
                 Err(e) => return Err(e.into()),
             }
         }

@@ -20,7 +20,8 @@ STATE=/run/crius-critest
 SOCK=unix://$STATE/crius.sock
 BRIDGE=crius-critest0
 PORT=${CRITEST_REGISTRY_PORT:-5055}
-TARGET=${CARGO_TARGET_DIR:-$REPO/target}/debug
+# Where crius, crius-shim and crius-shim-helper are taken from (CRIUS_BIN_DIR to test other builds).
+TARGET=${CRIUS_BIN_DIR:-${CARGO_TARGET_DIR:-$REPO/target}/debug}
 OUT=${1:-/tmp/critest-run.txt}
 shift || true
 [ "${1:-}" = "--" ] && shift

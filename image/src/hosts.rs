@@ -10,6 +10,7 @@
 //!   capabilities = ["pull", "resolve"]
 //!   skip_verify = false
 //!   ca = "ca.crt"            # relative to this file's directory
+//!   client = ["client.crt", "client.key"]   # mutual TLS
 //!   header = { x-team = "a" }
 //! ```
 
@@ -58,6 +59,9 @@ pub struct RegistryHost {
     pub skip_verify: bool,
     /// Extra CA certificates (PEM files) to trust for this host.
     pub ca: Vec<PathBuf>,
+    /// Client certificate and key (PEM) for mutual TLS; no key means the certificate file
+    /// holds the key too. The first pair is used.
+    pub client: Vec<(PathBuf, Option<PathBuf>)>,
     /// Extra request headers.
     pub headers: Vec<(String, String)>,
     /// True for the registry itself (or the `server` that replaces it), false for a mirror.
@@ -160,6 +164,7 @@ fn default_origin(domain: &str) -> RegistryHost {
         capabilities: Capabilities::ALL,
         skip_verify: false,
         ca: Vec::new(),
+        client: Vec::new(),
         headers: Vec::new(),
         is_origin: true,
     }
@@ -229,6 +234,7 @@ fn host_from_url(url: &str) -> std::result::Result<RegistryHost, String> {
         capabilities: Capabilities::ALL,
         skip_verify: false,
         ca: Vec::new(),
+        client: Vec::new(),
         headers: Vec::new(),
         is_origin: false,
     })
@@ -271,6 +277,31 @@ fn apply_settings(
             _ => return Err("`ca` must be a string or an array of strings".into()),
         };
         host.ca = list.into_iter().map(|p| dir.join(p)).collect();
+    }
+    if let Some(v) = t.get("client") {
+        let path = |s: &str| dir.join(s);
+        let pair = |a: &[toml::Value]| -> std::result::Result<(PathBuf, Option<PathBuf>), String> {
+            match a {
+                [toml::Value::String(c)] => Ok((path(c), None)),
+                [toml::Value::String(c), toml::Value::String(k)] => {
+                    Ok((path(c), (!k.is_empty()).then(|| path(k))))
+                }
+                _ => Err("`client` pairs must be [\"cert\", \"key\"]".into()),
+            }
+        };
+        host.client = match v {
+            toml::Value::String(c) => vec![(path(c), None)],
+            toml::Value::Array(a) if a.iter().all(|x| x.is_str()) => vec![pair(a)?],
+            toml::Value::Array(a) => a
+                .iter()
+                .map(|x| {
+                    x.as_array()
+                        .ok_or("`client` must be a path, a pair or a list of pairs".to_string())
+                        .and_then(|p| pair(p))
+                })
+                .collect::<std::result::Result<_, _>>()?,
+            _ => return Err("`client` must be a path, a pair or a list of pairs".into()),
+        };
     }
     if let Some(v) = t.get("header") {
         let headers = v.as_table().ok_or("`header` must be a table")?;
@@ -418,6 +449,37 @@ capabilities = ["pull", "resolve"]
         let h = resolve_hosts(Some(dir.path()), "other.io").unwrap();
         assert_eq!(h[0].base_url(), "http://everyone/v2");
         assert_eq!(h[1].base_url(), "https://other.io/v2");
+    }
+
+    #[test]
+    fn client_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, (text, want)) in [
+            ("client = \"c.pem\"", vec![("c.pem", None)]),
+            (
+                "client = [\"c.crt\", \"c.key\"]",
+                vec![("c.crt", Some("c.key"))],
+            ),
+            (
+                "client = [[\"a.crt\", \"a.key\"], [\"b.pem\", \"\"]]",
+                vec![("a.crt", Some("a.key")), ("b.pem", None)],
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let host = format!("mtls{i}.io");
+            write(dir.path(), &host, text);
+            let h = resolve_hosts(Some(dir.path()), &host).unwrap();
+            let d = dir.path().join(&host);
+            let want: Vec<(PathBuf, Option<PathBuf>)> = want
+                .into_iter()
+                .map(|(c, k)| (d.join(c), k.map(|k| d.join(k))))
+                .collect();
+            assert_eq!(h[0].client, want, "{text}");
+        }
+        write(dir.path(), "bad.io", "client = 3");
+        assert!(resolve_hosts(Some(dir.path()), "bad.io").is_err());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::CertificateDer;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::error::{Error, Result};
 use crate::hosts::RegistryHost;
@@ -102,6 +102,7 @@ type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 struct TlsKey {
     skip_verify: bool,
     ca: Vec<PathBuf>,
+    client: Option<(PathBuf, Option<PathBuf>)>,
 }
 
 /// HTTP clients shared by all pulls, one per distinct TLS setting, each with its own
@@ -117,6 +118,7 @@ impl Clients {
         let key = TlsKey {
             skip_verify: host.skip_verify,
             ca: host.ca.clone(),
+            client: host.client.first().cloned(),
         };
         let mut map = self
             .map
@@ -135,11 +137,10 @@ impl Clients {
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Internal(format!("tls setup: {e}")))?;
-        let config = if key.skip_verify {
+        let builder = if key.skip_verify {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-                .with_no_client_auth()
         } else {
             let mut roots = rustls::RootCertStore::empty();
             let native = self.native_roots.get_or_init(|| {
@@ -164,7 +165,25 @@ impl Clients {
                     })?;
                 }
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            builder.with_root_certificates(roots)
+        };
+        let config = match &key.client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key_file)) => {
+                let bad = |path: &PathBuf, e: String| Error::HostsConfig {
+                    path: path.clone(),
+                    reason: format!("client certificate for {registry}: {e}"),
+                };
+                let certs = CertificateDer::pem_file_iter(cert)
+                    .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
+                    .map_err(|e| bad(cert, e.to_string()))?;
+                let key_path = key_file.as_ref().unwrap_or(cert);
+                let private = PrivateKeyDer::from_pem_file(key_path)
+                    .map_err(|e| bad(key_path, e.to_string()))?;
+                builder
+                    .with_client_auth_cert(certs, private)
+                    .map_err(|e| bad(cert, e.to_string()))?
+            }
         };
         let mut http = HttpConnector::new();
         http.enforce_http(false);

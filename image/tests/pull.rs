@@ -850,3 +850,50 @@ async fn non_distributable_layer_is_reported() {
         "{msg}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_registry() {
+    let mut reg = Registry::start();
+    Pusher::new(&reg)
+        .image(
+            "crius/mtls",
+            "v1",
+            &ImageSpec::new(vec![tar(&[file("m", "mutual")])]),
+        )
+        .await;
+    let ca = reg.restart_with_tls_opts(true);
+    let certs = ca.parent().unwrap();
+    let name = format!("{}/crius/mtls:v1", reg.host());
+    let root = root();
+    let base = format!(
+        "server = \"https://{}\"\nca = \"{}\"\n",
+        reg.host(),
+        ca.display()
+    );
+
+    let hosts = root.path().join("no-client");
+    hosts_toml(&hosts, &reg.host(), &base);
+    let err = open(&root.path().join("a"), Some(&hosts))
+        .pull(&name, &Auth::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+
+    let hosts = root.path().join("client");
+    hosts_toml(
+        &hosts,
+        &reg.host(),
+        &format!(
+            "{base}client = [\"{}\", \"{}\"]\n",
+            certs.join("client.crt").display(),
+            certs.join("client.key").display()
+        ),
+    );
+    let store = open(&root.path().join("b"), Some(&hosts));
+    let rec = store.pull(&name, &Auth::default()).await.unwrap();
+    let lower = store.lowerdirs(&rec.id).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(lower[0].join("m")).unwrap(),
+        "mutual"
+    );
+}

@@ -93,6 +93,12 @@ impl Registry {
     /// Restarts the registry (same port, same content) serving HTTPS with a certificate for
     /// 127.0.0.1 signed by a fresh test CA; returns the CA certificate's path.
     pub fn restart_with_tls(&mut self) -> PathBuf {
+        self.restart_with_tls_opts(false)
+    }
+
+    /// Like [`Registry::restart_with_tls`]; with `require_client`, the registry also demands a
+    /// client certificate signed by the CA (`client.crt`/`client.key` beside `ca.crt`).
+    pub fn restart_with_tls_opts(&mut self, require_client: bool) -> PathBuf {
         let d = self.dir.path().to_path_buf();
         let openssl = |args: &[&str]| {
             let out = Command::new("openssl")
@@ -167,11 +173,55 @@ impl Registry {
             "-extfile",
             "ext.cnf",
         ]);
+        if require_client {
+            openssl(
+                &[
+                    &["req"][..],
+                    &ec,
+                    &[
+                        "-keyout",
+                        "client.key",
+                        "-out",
+                        "client.csr",
+                        "-subj",
+                        "/CN=crius-client",
+                    ],
+                ]
+                .concat(),
+            );
+            std::fs::write(
+                d.join("client-ext.cnf"),
+                "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
+            )
+            .unwrap();
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                "client.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "client.crt",
+                "-days",
+                "2",
+                "-extfile",
+                "client-ext.cnf",
+            ]);
+        }
+        let client_cas = if require_client {
+            format!("    clientcas:\n      - {}\n", d.join("ca.crt").display())
+        } else {
+            String::new()
+        };
         let config_path = d.join("config.yml");
         let config = std::fs::read_to_string(&config_path).unwrap().replace(
             "  secret: crius-test-secret\n",
             &format!(
-                "  secret: crius-test-secret\n  tls:\n    certificate: {}\n    key: {}\n",
+                "  secret: crius-test-secret\n  tls:\n    certificate: {}\n    key: {}\n{client_cas}",
                 d.join("server.crt").display(),
                 d.join("server.key").display()
             ),

@@ -886,6 +886,35 @@ impl Drop for HostMounts {
     }
 }
 
+/// A CDI spec file in `/var/run/cdi` (named for this test process), removed on drop with the
+/// directory if the test created it.
+struct CdiSpecFile {
+    path: PathBuf,
+    created_dir: bool,
+}
+
+const CDI_RUN_DIR: &str = "/var/run/cdi";
+
+impl CdiSpecFile {
+    fn write(yaml: &str) -> CdiSpecFile {
+        let dir = Path::new(CDI_RUN_DIR);
+        let created_dir = !dir.exists();
+        std::fs::create_dir_all(dir).unwrap();
+        let path = dir.join(format!("crius-test-{}.yaml", std::process::id()));
+        std::fs::write(&path, yaml).unwrap();
+        CdiSpecFile { path, created_dir }
+    }
+}
+
+impl Drop for CdiSpecFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if self.created_dir {
+            let _ = std::fs::remove_dir(CDI_RUN_DIR);
+        }
+    }
+}
+
 fn cri_mount(host: &Path, container: &str, readonly: bool, propagation: MountPropagation) -> Mount {
     Mount {
         container_path: container.into(),
@@ -1054,6 +1083,55 @@ async fn mounts_devices_and_oom_score_adj() {
         Code::InvalidArgument,
         &["/dev/crius-no-such-device"],
     );
+
+    // CDI: a device from a spec file in /var/run/cdi brings its node, env, mount and group.
+    let cdi_data = dir.join("cdi-data");
+    std::fs::create_dir_all(&cdi_data).unwrap();
+    std::fs::write(cdi_data.join("f"), "from a cdi mount\n").unwrap();
+    let cdi_spec = CdiSpecFile::write(&format!(
+        r#"cdiVersion: "0.6.0"
+kind: crius.test/dev
+containerEdits:
+  env: [CRIUS_CDI_VENDOR=1]
+devices:
+  - name: null{pid}
+    containerEdits:
+      env: [CRIUS_CDI=yes]
+      deviceNodes:
+        - path: /dev/crius-null
+          hostPath: /dev/null
+      mounts:
+        - hostPath: {data}
+          containerPath: /cdi-data
+          options: [ro, nosuid, nodev]
+      additionalGids: [4242]
+"#,
+        pid = std::process::id(),
+        data = cdi_data.display()
+    ));
+    let mut c = shell(
+        &env,
+        "cdi",
+        "echo $CRIUS_CDI $CRIUS_CDI_VENDOR; busybox stat -c %t:%T /dev/crius-null; \
+         cat /cdi-data/f; busybox id -G",
+    );
+    c.cdi_devices = vec![CdiDevice {
+        name: format!("crius.test/dev=null{}", std::process::id()),
+    }];
+    assert_eq!(
+        run_ok(&env, &p, c).await,
+        "yes 1\n1:3\nfrom a cdi mount\n0 4242"
+    );
+    let mut c = shell(&env, "cdi-unknown", "true");
+    c.cdi_devices = vec![CdiDevice {
+        name: "crius.test/dev=no-such-device".into(),
+    }];
+    assert_status(
+        try_create(&env, &p, c).await,
+        Code::InvalidArgument,
+        &["crius.test/dev=no-such-device"],
+    );
+    drop(cdi_spec);
 
     // oom_score_adj: raised as asked; lowered only as far as crius itself may go (without
     // CAP_SYS_RESOURCE, its own value), as the spec module documents.

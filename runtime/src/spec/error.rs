@@ -12,6 +12,9 @@ pub enum SpecError {
     /// A seccomp profile the request names is missing or not a valid profile.
     #[error("seccomp profile {path}: {reason}")]
     SeccompProfile { path: PathBuf, reason: String },
+    /// A CDI spec file of this node is unreadable or invalid.
+    #[error("cdi spec {path}: {reason}")]
+    CdiSpec { path: PathBuf, reason: String },
     /// The caller (crius itself, not the request) passed an input the spec cannot be built from.
     #[error("spec input: {0}")]
     Input(String),

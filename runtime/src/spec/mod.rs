@@ -1,7 +1,7 @@
 //! OCI runtime spec generation: CRI config + image config + defaults → `config.json`.
 //!
 //! Pure apart from reading files inside an image rootfs (`/etc/passwd`, `/etc/group`),
-//! `Localhost` seccomp profiles, device nodes (`stat`, and the `/dev` scan for privileged
+//! `Localhost` seccomp profiles, CDI spec files (`/etc/cdi`, `/var/run/cdi`), device nodes (`stat`, and the `/dev` scan for privileged
 //! containers) and the AppArmor/SELinux/`cap_last_cap` probes. Nothing is created or mounted.
 //!
 //! # API
@@ -42,6 +42,7 @@
 //!   mounts, and BIDIRECTIONAL propagates only when the root is `shared`.
 
 mod caps;
+pub mod cdi;
 mod devices;
 mod error;
 mod image;
@@ -545,9 +546,22 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     } else {
         input.hostname
     };
-    let env = process::env(config, &image, hostname)?;
+    let mut env = process::env(config, &image, hostname)?;
+    // CDI edits come last, as containerd applies them after everything else
+    let cdi_names: Vec<String> = config.cdi_devices.iter().map(|d| d.name.clone()).collect();
+    let cdi = cdi::inject(&cdi_names, &cdi::CDI_DIRS.map(Path::new))?;
+    process::merge_env(&mut env, cdi.env.iter().cloned());
     let cwd = process::cwd(config, &image)?;
-    let user = user::container_user(sc, image.user(), input.rootfs)?;
+    let mut user = user::container_user(sc, image.user(), input.rootfs)?;
+    if !cdi.additional_gids.is_empty() {
+        let mut gids = user.additional_gids().clone().unwrap_or_default();
+        for g in &cdi.additional_gids {
+            if !gids.contains(g) {
+                gids.push(*g);
+            }
+        }
+        user.set_additional_gids(Some(gids));
+    }
     let capabilities = caps::container_caps(sc.and_then(|s| s.capabilities.as_ref()), privileged)?;
 
     let seccomp = if privileged {
@@ -588,6 +602,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     };
     let mut overrides = mounts::pod_file_mounts(&files, readonly_rootfs, false, &cri_dests)?;
     overrides.extend(cri_mounts);
+    overrides.extend(cdi.mounts);
     let mut standard = mounts::standard_mounts(privileged)?;
     if userns.is_some() && host_network {
         standard.retain(|m| m.destination() != Path::new("/sys"));
@@ -618,17 +633,11 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
             }
         }
     }
-    if !config.cdi_devices.is_empty() {
-        return Err(SpecError::invalid(format!(
-            "cdi_devices {} requested, but crius does not support CDI yet",
-            config
-                .cdi_devices
-                .iter()
-                .map(|d| d.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
+    for dev in cdi.devices {
+        device_nodes.retain(|d| d.path() != dev.path());
+        device_nodes.push(dev);
     }
+    rules.extend(cdi.rules);
 
     let cri_resources = config.linux.as_ref().and_then(|l| l.resources.as_ref());
     let mut resources = match cri_resources {
@@ -708,7 +717,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     spec.set_process(Some(process));
     spec.set_hostname(None);
     spec.set_domainname(None);
-    spec.set_hooks(None);
+    spec.set_hooks(cdi.hooks);
     spec.set_annotations(Some(notes));
     spec.set_linux(Some(linux));
     Ok(spec)

@@ -907,3 +907,19 @@ fn all_capabilities_are_the_ones_crius_holds() {
     let bounding = caps.bounding().clone().unwrap();
     assert_eq!(bounding.len() as u32, held.count_ones().min(41));
 }
+
+#[test]
+fn unknown_cdi_device_is_refused_by_name() {
+    let f = fixture();
+    let sandbox = pod(NamespaceOption::default(), false);
+    let mut config = container(LinuxContainerSecurityContext::default());
+    config.cdi_devices = vec![crius_api::v1::CdiDevice {
+        name: "crius.invalid/none=missing".into(),
+    }];
+    let err = container_spec(&input(&f, &config, &sandbox)).unwrap_err();
+    assert!(err.is_invalid_argument());
+    assert!(
+        err.to_string().contains("crius.invalid/none=missing"),
+        "{err}"
+    );
+}

@@ -229,13 +229,10 @@ async fn stop_timeouts() {
     let pod = env.run_pod(pod_config.clone()).await;
 
     let stubborn_cmd = "trap '' TERM USR1; echo ready; while true; do sleep 0.1; done";
-    let stubborn = env
-        .create_start(
-            &pod,
-            &pod_config,
-            env.container_config("stubborn", &["sh", "-c", stubborn_cmd]),
-        )
-        .await;
+    // The CRI stop signal wins over the image's: SIGTERM, which the command ignores.
+    let mut stubborn = env.container_config("stubborn", &["sh", "-c", stubborn_cmd]);
+    stubborn.stop_signal = Signal::Sigterm as i32;
+    let stubborn = env.create_start(&pod, &pod_config, stubborn).await;
     let polite_cmd =
         "trap 'echo got-usr1; exit 0' USR1; echo ready; while true; do sleep 0.1; done";
     let polite = env
@@ -498,6 +495,110 @@ async fn reopen_log_continues_in_a_new_file() {
         Code::FailedPrecondition,
         &[&c],
     );
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn pod_files_namespaces_and_tty() {
+    let mut env = Env::with_image(27).await;
+    let mut pod_config = env.pod_config("files", false);
+    pod_config.hostname = "crius-e2e-host".into();
+    pod_config.dns_config = Some(DnsConfig {
+        servers: vec!["10.88.27.53".into()],
+        searches: vec!["crius.test".into()],
+        options: vec!["ndots:3".into()],
+    });
+    let pod = env.run_pod(pod_config.clone()).await;
+    let a = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("a", &["sleep", "1000"]),
+        )
+        .await;
+    let b = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("b", &["sleep", "2000"]),
+        )
+        .await;
+    let run = |id: String, cmd: &'static str| {
+        let env = &env;
+        async move {
+            let out = env.exec(&id, &["sh", "-c", cmd], 10).await.unwrap();
+            assert_eq!(out.exit_code, 0, "{cmd}: {out:?}");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    assert_eq!(run(a.clone(), "hostname").await, "crius-e2e-host\n");
+    assert_eq!(
+        run(a.clone(), "cat /etc/hostname").await,
+        "crius-e2e-host\n"
+    );
+    let resolv = run(a.clone(), "cat /etc/resolv.conf").await;
+    for want in [
+        "nameserver 10.88.27.53",
+        "search crius.test",
+        "options ndots:3",
+    ] {
+        assert!(resolv.contains(want), "{resolv}");
+    }
+    let hosts = run(a.clone(), "cat /etc/hosts").await;
+    assert!(hosts.contains("localhost"), "{hosts}");
+    // /dev/shm is the pod's own size-limited tmpfs, shared by its containers.
+    let shm = run(a.clone(), "grep ' /dev/shm ' /proc/mounts").await;
+    assert!(
+        shm.contains("tmpfs") && shm.contains("size=65536k"),
+        "{shm}"
+    );
+    run(a.clone(), "echo shared > /dev/shm/crius-e2e").await;
+    assert_eq!(run(b.clone(), "cat /dev/shm/crius-e2e").await, "shared\n");
+    // One PID namespace per pod: pause is PID 1, each container sees the other.
+    let ps = run(
+        b.clone(),
+        "cat /proc/1/cmdline | tr '\\0' ' '; echo; ps -o args",
+    )
+    .await;
+    assert!(ps.lines().next().unwrap().contains("pause"), "{ps}");
+    assert!(
+        ps.contains("sleep 1000") && ps.contains("sleep 2000"),
+        "{ps}"
+    );
+
+    // A TTY container: its output is logged as stdout.
+    let mut tty = env.container_config("tty", &["sh", "-c", "echo out-tty; echo err-tty >&2"]);
+    tty.tty = true;
+    let tty = env.create_start(&pod, &pod_config, tty).await;
+    env.wait_exited(&tty, EXIT_LIMIT).await;
+    let lines = env
+        .wait_log(
+            &env.log_dir("files").join("tty.log"),
+            Duration::from_secs(10),
+            |l| l.len() >= 2,
+        )
+        .await;
+    let out: Vec<String> = texts(&lines, "stdout")
+        .iter()
+        .map(|t| t.trim_end_matches('\r').to_string())
+        .collect();
+    assert_eq!(out, vec!["out-tty", "err-tty"], "{lines:?}");
+    assert!(texts(&lines, "stderr").is_empty());
+
+    // Exited containers by state filter; verbose status has the spec and the sandbox.
+    let exited = env
+        .list_containers(ContainerFilter {
+            state: Some(ContainerStateValue {
+                state: ContainerState::ContainerExited as i32,
+            }),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ids(&exited), vec![tty.clone()]);
+    let info = env.status_info(&a).await;
+    assert_eq!(info["sandboxID"], pod.as_str());
+    assert!(info["runtimeSpec"]["process"]["args"].is_array(), "{info}");
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }

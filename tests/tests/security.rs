@@ -980,9 +980,9 @@ async fn mounts_devices_and_oom_score_adj() {
     assert!(fresh.is_dir());
 
     // Propagation: a mount made on the host after the start reaches a HostToContainer
-    // (rslave) bind. (libcontainer 0.7 ignores per-mount propagation options: a PRIVATE bind
-    // of a shared host mount receives it too, and BIDIRECTIONAL works only as far as the
-    // shared root propagation carries it; see spec::mounts::cri_mounts.)
+    // (rslave) bind. (libcontainer 0.7 ignores per-mount propagation options: in a container
+    // that also has a HOST_TO_CONTAINER mount, a PRIVATE bind of a shared host mount receives
+    // it too; see spec::mounts::RootPropagation::as_oci.)
     let shared = dir.join("shared");
     host_mounts.run(&["--bind", shared.to_str().unwrap()], &shared);
     host_mounts.run(&["--make-rshared"], &shared);
@@ -994,6 +994,14 @@ async fn mounts_devices_and_oom_score_adj() {
         MountPropagation::PropagationHostToContainer,
     )];
     let prop = env.create_start(&p.id, &p.config, c).await;
+    let mut c = container(&env, "private", &["sleep", "1000"]);
+    c.mounts = vec![cri_mount(
+        &shared,
+        "/private",
+        false,
+        MountPropagation::PropagationPrivate,
+    )];
+    let private = env.create_start(&p.id, &p.config, c).await;
     host_mounts.run(
         &["-t", "tmpfs", "-o", "size=1m", "crius-sec-tmpfs"],
         &dir.join("shared/sub"),
@@ -1021,6 +1029,13 @@ async fn mounts_devices_and_oom_score_adj() {
         "{out:?}"
     );
     env.stop(&prop, 0).await;
+    // A container whose mounts are all PRIVATE does not receive it.
+    let out = env
+        .exec(&private, &["busybox", "ls", "/private/sub"], 10)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{out:?}");
+    env.stop(&private, 0).await;
 
     // Recursive read-only: a submount of a readonly bind is read-only too.
     let rro = dir.join("rro");

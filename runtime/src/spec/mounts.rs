@@ -182,17 +182,25 @@ pub(crate) fn clean_container_path(path: &str, field: &str) -> Result<PathBuf> {
 pub(crate) enum RootPropagation {
     #[default]
     Unchanged,
+    /// Every CRI mount is PRIVATE: the whole tree is made private, the only way to keep a
+    /// private bind of a shared host mount from receiving host mounts with libcontainer 0.7
+    /// (see [`RootPropagation::as_oci`]).
+    Private,
     Slave,
     Shared,
 }
 
 impl RootPropagation {
-    /// The `rootfsPropagation` value: the OCI spec's `slave`/`shared` (both applied
+    /// The `rootfsPropagation` value: the OCI spec's `private`/`slave`/`shared` (applied
     /// recursively). libcontainer 0.7 refuses runc's `rslave`/`rshared` ("failed to prepare
-    /// rootfs"), which containerd writes.
+    /// rootfs"), which containerd writes. It also ignores the propagation options of each bind
+    /// (its binds are clones that keep the propagation the root gave them), so the root's
+    /// propagation is what every bind gets: with a HOST_TO_CONTAINER or BIDIRECTIONAL mount, a
+    /// PRIVATE bind of a shared host mount in the same container receives host mounts too.
     pub(crate) fn as_oci(self) -> Option<&'static str> {
         match self {
             RootPropagation::Unchanged => None,
+            RootPropagation::Private => Some("private"),
             RootPropagation::Slave => Some("slave"),
             RootPropagation::Shared => Some("shared"),
         }
@@ -201,8 +209,8 @@ impl RootPropagation {
 
 /// The CRI mounts as OCI bind mounts, with the root propagation they need.
 ///
-/// `propagation` PRIVATE → `rprivate`, HOST_TO_CONTAINER → `rslave` (root at least `slave`),
-/// BIDIRECTIONAL → `rshared` (root `shared`); `readonly` → `ro`, with `recursive_read_only`
+/// `propagation` PRIVATE → `rprivate` (root `private` when every mount is), HOST_TO_CONTAINER
+/// → `rslave` (root at least `slave`), BIDIRECTIONAL → `rshared` (root `shared`); `readonly` → `ro`, with `recursive_read_only`
 /// → `rro` (needs `readonly` and private propagation); `selinux_relabel` is ignored (this node
 /// has no SELinux). Host paths are used as given: the caller creates missing ones as
 /// directories (containerd does, mode 0755) before the container is created, and checks that a
@@ -233,10 +241,15 @@ pub(crate) fn cri_mounts(mounts: &[CriMount]) -> Result<(Vec<Mount>, RootPropaga
             ))
         })?;
         match propagation {
-            MountPropagation::PropagationPrivate => options.push("rprivate".into()),
+            MountPropagation::PropagationPrivate => {
+                options.push("rprivate".into());
+                if root == RootPropagation::Unchanged {
+                    root = RootPropagation::Private;
+                }
+            }
             MountPropagation::PropagationHostToContainer => {
                 options.push("rslave".into());
-                if root == RootPropagation::Unchanged {
+                if matches!(root, RootPropagation::Unchanged | RootPropagation::Private) {
                     root = RootPropagation::Slave;
                 }
             }
@@ -396,6 +409,15 @@ mod tests {
             ["rbind", "rshared", "rw"]
         );
         assert_eq!(root, RootPropagation::Shared);
+    }
+
+    #[test]
+    fn only_private_mounts_make_the_root_private() {
+        let (_, root) =
+            cri_mounts(&[cri("/a", "/a", false, MountPropagation::PropagationPrivate)]).unwrap();
+        assert_eq!(root.as_oci(), Some("private"));
+        let (_, root) = cri_mounts(&[]).unwrap();
+        assert_eq!(root.as_oci(), None);
     }
 
     #[test]

@@ -33,7 +33,8 @@
 //! of crius-pause the bench pushes and pulls before any timing. `--daemon-pid PID` names the
 //! process whose RSS is reported with the pods running.
 //!
-//! `--no-big-pull` skips the big image; `--crius-log FILE` keeps crius's log (info level) there.
+//! `--serve --hosts-dir DIR` only pushes the images, writes the mirror and keeps the registry up
+//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image; `--crius-log FILE` keeps crius's log (info level) there.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -74,6 +75,7 @@ struct Args {
     daemon_pid: Option<u32>,
     big_pull: bool,
     crius_log: Option<PathBuf>,
+    serve: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -86,6 +88,7 @@ fn parse_args() -> Result<Args> {
         daemon_pid: None,
         big_pull: true,
         crius_log: None,
+        serve: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -105,6 +108,7 @@ fn parse_args() -> Result<Args> {
             "--daemon-pid" => args.daemon_pid = Some(value()?.parse()?),
             "--no-big-pull" => args.big_pull = false,
             "--crius-log" => args.crius_log = Some(PathBuf::from(value()?)),
+            "--serve" => args.serve = true,
             // cargo bench passes --bench to every harness = false target.
             "--bench" => {}
             other => return Err(format!("unknown argument {other}").into()),
@@ -113,7 +117,7 @@ fn parse_args() -> Result<Args> {
     if args.iterations == 0 {
         return Err("--iterations must be at least 1".into());
     }
-    if args.endpoint.is_some() && args.hosts_dir.is_none() {
+    if (args.endpoint.is_some() || args.serve) && args.hosts_dir.is_none() {
         return Err("--endpoint needs --hosts-dir (the runtime's registry config_path)".into());
     }
     Ok(args)
@@ -174,6 +178,10 @@ async fn run(args: &Args) -> Result<()> {
     let logs = work.join("logs");
     std::fs::create_dir(&logs)?;
 
+    if args.serve {
+        return serve(args, &registry, &work).await;
+    }
+
     let mut daemon = None;
     let (channel, daemon_pid, names) = match &args.endpoint {
         None => {
@@ -225,6 +233,23 @@ async fn run(args: &Args) -> Result<()> {
     let report = result?;
     cleanup?;
     report.print(args);
+    Ok(())
+}
+
+/// `--serve`: pushes the pause image too, points `--hosts-dir`'s mirror at the registry and
+/// keeps it serving until stdin is closed, for pulls timed from outside (e.g. `crictl pull`).
+async fn serve(args: &Args, registry: &Registry, work: &TestDir) -> Result<()> {
+    let hosts_dir = args.hosts_dir.as_deref().ok_or("--hosts-dir missing")?;
+    write_mirror(hosts_dir, &args.mirror, &registry.host_port())?;
+    push_pause_image(registry, work)?;
+    let m = &args.mirror;
+    println!("registry {} serves (as {m}):", registry.host_port());
+    println!("  {m}/{BIG_REPOSITORY}:v1");
+    println!("  {m}/{}:latest", TestImage::Busybox.repository());
+    println!("  {m}/{PAUSE_REPOSITORY}:latest");
+    println!("close stdin to stop");
+    tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink()))
+        .await??;
     Ok(())
 }
 

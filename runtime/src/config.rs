@@ -26,7 +26,7 @@ log_level = "info"
 [registry]
 # Directory of per-registry <host>/hosts.toml files (mirrors, TLS, capabilities), containerd's layout.
 config_path = "/etc/crius/certs.d"
-# How many layers of one pull are fetched at the same time.
+# How many blobs are downloaded at the same time, across all pulls.
 max_concurrent_downloads = 3
 # A download that receives no byte for this many seconds is cancelled.
 stall_timeout_secs = 60
@@ -40,7 +40,7 @@ bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
 plugin_timeout_secs = 60
 
 [cgroup]
-# Who names and manages pod and container cgroups: "cgroupfs" or "systemd".
+# Who manages pod and container cgroups: "cgroupfs" ("systemd" is refused: not built in yet).
 driver = "cgroupfs"
 
 [runtime]

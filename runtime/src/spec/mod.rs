@@ -31,15 +31,16 @@
 //! # Defaults worth knowing
 //! - Seccomp unset in both the `seccomp` and the deprecated `seccomp_profile_path` fields means
 //!   unconfined: kubelet's default (it sends `RuntimeDefault` explicitly when asked to).
-//! - Masked/read-only paths: see [`security::masked_and_readonly`] for how an empty list is read.
+//! - Masked/read-only paths: see `security::masked_and_readonly` for how an empty list is read.
 //! - No cgroup namespace is created (this node runs cgroup v1). A container joining an existing
 //!   PID namespace gets the host's cgroup v1 tree bound read-only instead of libcontainer's
 //!   cgroup mount (see `mounts::host_cgroup_bind` for the libcontainer bug).
 //! - `ALL` capabilities and privileged containers get the capabilities crius holds, not every
 //!   one the kernel knows; naming one crius lacks is an `InvalidArgument`.
-//! - libcontainer 0.7 ignores per-mount propagation options on binds: HOST_TO_CONTAINER works
-//!   (the root is made `slave`), a PRIVATE bind of a shared host mount still receives host
-//!   mounts, and BIDIRECTIONAL propagates only when the root is `shared`.
+//! - libcontainer 0.7 ignores per-mount propagation options on binds; each bind gets the
+//!   root's propagation, which is chosen from the CRI mounts: all PRIVATE → `private`, any
+//!   HOST_TO_CONTAINER → `slave`, any BIDIRECTIONAL → `shared`. A PRIVATE bind next to a
+//!   propagating one therefore propagates too.
 
 mod caps;
 pub mod cdi;
@@ -250,7 +251,7 @@ fn refuse_userns(ns: Option<&NamespaceOption>) -> Result<()> {
 }
 
 /// The pause container's spec. A pod asking for its own user namespace is refused (see
-/// [`USER_NAMESPACES`]).
+/// `USER_NAMESPACES`).
 pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
     refuse_userns(sandbox_security(input.config).and_then(|s| s.namespace_options.as_ref()))?;
     build_sandbox_spec(input)

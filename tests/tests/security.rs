@@ -474,6 +474,34 @@ async fn capabilities_no_new_privs_and_seccomp() {
         &[garbage.to_str().unwrap()],
     );
 
+    // The pod's own security context applies to the pause: RuntimeDefault and a non-root
+    // user still give a ready pod whose containers run.
+    let confined = pod(&mut env, "confined-pause", true, |c| {
+        let psc = pod_sc(c);
+        psc.seccomp = Some(profile(security_profile::ProfileType::RuntimeDefault, ""));
+        psc.run_as_user = Some(Int64Value { value: 65535 });
+        psc.run_as_group = Some(Int64Value { value: 65535 });
+    })
+    .await;
+    assert_eq!(
+        env.pod_status(&confined.id).await.state,
+        PodSandboxState::SandboxReady as i32
+    );
+    let pause_pid = common::processes_of_pod(&confined.id)
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"/pause"))
+        })
+        .expect("the pause process");
+    let pause_status = std::fs::read_to_string(format!("/proc/{pause_pid}/status")).unwrap();
+    assert_eq!(field(&pause_status, "Seccomp"), "2");
+    assert!(
+        field(&pause_status, "Uid").starts_with("65535"),
+        "{pause_status}"
+    );
+    run_ok(&env, &confined, container(&env, "in-confined", &["true"])).await;
+    env.remove_pod(&confined.id).await;
+
     env.remove_pod(&p.id).await;
     env.assert_no_leaks().await;
 }

@@ -1,8 +1,9 @@
 //! OCI runtime spec generation: CRI config + image config + defaults → `config.json`.
 //!
 //! Pure apart from reading files inside an image rootfs (`/etc/passwd`, `/etc/group`),
-//! `Localhost` seccomp profiles, CDI spec files (`/etc/cdi`, `/var/run/cdi`), device nodes (`stat`, and the `/dev` scan for privileged
-//! containers) and the AppArmor/SELinux/`cap_last_cap` probes. Nothing is created or mounted.
+//! `Localhost` seccomp profiles, CDI spec files (`/etc/cdi`, `/var/run/cdi`), device nodes
+//! (`stat`, and the `/dev` scan for privileged containers) and the AppArmor/SELinux/
+//! `cap_last_cap`/`CapEff` probes. Nothing is created or mounted.
 //!
 //! # API
 //! - [`sandbox_spec`]`(&`[`SandboxSpecInput`]`) -> Result<Spec>`: the pause container.
@@ -41,6 +42,12 @@
 //!   root's propagation, which is chosen from the CRI mounts: all PRIVATE → `private`, any
 //!   HOST_TO_CONTAINER → `slave`, any BIDIRECTIONAL → `shared`. A PRIVATE bind next to a
 //!   propagating one therefore propagates too.
+//!
+//! # Refused with `InvalidArgument`
+//! - User-namespaced pods (`userns_options` mode POD): see `USER_NAMESPACES`.
+//! - Image volumes (`Mount.image`).
+//! - Named AppArmor profiles and SELinux labels (this node has neither LSM; crius applies
+//!   neither yet); `RuntimeDefault`/unconfined run without one.
 
 mod caps;
 pub mod cdi;

@@ -358,6 +358,30 @@ async fn exec_sync() {
         begin.elapsed()
     );
 
+    // Output is cut to fit one 16 MiB gRPC message (kubelet's limit), not failing the call.
+    let mut big_client = env.rt().max_decoding_message_size(64 << 20);
+    let out = big_client
+        .exec_sync(ExecSyncRequest {
+            container_id: c.clone(),
+            cmd: vec![
+                "head".into(),
+                "-c".into(),
+                "20000000".into(),
+                "/dev/zero".into(),
+            ],
+            timeout: 30,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        out.stdout.len() >= 15 << 20 && out.stdout.len() < 16 << 20,
+        "{} bytes of stdout",
+        out.stdout.len()
+    );
+    assert!(out.stdout.iter().all(|b| *b == 0));
+    assert_eq!(out.exit_code, 0);
+
     // A command that does not exist: an error or a non-zero exit, never success.
     match env.exec(&c, &["/no/such/binary"], 5).await {
         Ok(out) => assert_ne!(out.exit_code, 0, "{out:?}"),

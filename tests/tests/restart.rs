@@ -299,3 +299,59 @@ async fn crius_killed_during_run_pod_sandbox() {
     }
     env.assert_no_leaks().await;
 }
+
+#[tokio::test]
+async fn crius_killed_during_create_container() {
+    let mut env = Env::with_image(44).await;
+    let pod_config = env.pod_config("half-created", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let config = env.container_config("interrupted", &["sleep", "1000"]);
+    let mut rt = env.rt();
+    let request = CreateContainerRequest {
+        pod_sandbox_id: pod.clone(),
+        config: Some(config.clone()),
+        sandbox_config: Some(pod_config.clone()),
+    };
+    let call = tokio::spawn(async move { rt.create_container(request).await });
+    let containers = env.crius.state().join("containers");
+    let id = wait_for(
+        "CreateContainer to start on its bundle",
+        Duration::from_secs(20),
+        || {
+            let dir = containers.clone();
+            async move { first_entry(&dir) }
+        },
+    )
+    .await;
+    env.crius.kill9().unwrap();
+    let finished = call.await.unwrap();
+    env.crius.restart().await.unwrap();
+    let listed = env.list_containers(ContainerFilter::default()).await;
+    eprintln!(
+        "killed in CreateContainer: {}",
+        if finished.is_ok() {
+            "had finished"
+        } else {
+            "was interrupted"
+        }
+    );
+    match finished {
+        Ok(_) => {
+            assert_eq!(listed.len(), 1, "{listed:?}");
+            env.remove(&id).await;
+        }
+        Err(_) => assert!(
+            listed.is_empty(),
+            "interrupted container listed: {listed:?}"
+        ),
+    }
+    // Nothing of it is left, and its name is free again.
+    assert!(!containers.join(&id).exists());
+    assert!(!env.crius.root().join("containers").join(&id).exists());
+    assert!(common::mounts_containing(&id).is_empty());
+    let again = env.create_start(&pod, &pod_config, config).await;
+    let out = env.exec(&again, &["echo", "ok"], 10).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

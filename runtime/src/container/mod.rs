@@ -97,6 +97,20 @@ impl ContainerPaths {
     }
 }
 
+/// How much output of an `ExecSync` (stdout and stderr together) is returned: the response
+/// must fit kubelet's (and crius's) 16 MiB gRPC messages, with room for the framing.
+const EXEC_OUTPUT_LIMIT: usize = (16 << 20) - (64 << 10);
+
+/// Cuts exec output to `limit` bytes in all: stderr keeps up to half of it, stdout the rest,
+/// and either takes what the other leaves unused.
+fn fit_exec_output(stdout: &mut Vec<u8>, stderr: &mut Vec<u8>, limit: usize) {
+    let err_share = stderr.len().min(limit / 2);
+    let out_keep = stdout.len().min(limit - err_share);
+    let err_keep = stderr.len().min(limit - out_keep);
+    stdout.truncate(out_keep);
+    stderr.truncate(err_keep);
+}
+
 /// CRI's reason for an exit.
 fn exit_reason(exit: &ExitInfo) -> &'static str {
     if exit.oom_killed {
@@ -577,7 +591,7 @@ impl Daemon {
                 timeout_ms: u64::try_from(timeout_secs)
                     .unwrap_or(0)
                     .saturating_mul(1000),
-                output_limit: 0,
+                output_limit: EXEC_OUTPUT_LIMIT as u64,
             })
             .await?;
         if outcome.timed_out {
@@ -586,6 +600,8 @@ impl Daemon {
                 c.id
             )));
         }
+        let mut outcome = outcome;
+        fit_exec_output(&mut outcome.stdout, &mut outcome.stderr, EXEC_OUTPUT_LIMIT);
         Ok(outcome)
     }
 
@@ -677,5 +693,25 @@ impl Daemon {
                 ContainerState::Exited => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_output_fits_the_limit() {
+        let cut = |out: usize, err: usize| {
+            let (mut o, mut e) = (vec![b'o'; out], vec![b'e'; err]);
+            fit_exec_output(&mut o, &mut e, 100);
+            (o.len(), e.len())
+        };
+        assert_eq!(cut(10, 10), (10, 10));
+        assert_eq!(cut(500, 0), (100, 0));
+        assert_eq!(cut(0, 500), (0, 100));
+        assert_eq!(cut(500, 500), (50, 50));
+        assert_eq!(cut(500, 20), (80, 20));
+        assert_eq!(cut(30, 500), (30, 70));
     }
 }

@@ -626,3 +626,109 @@ async fn pod_files_namespaces_and_tty() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+#[tokio::test]
+async fn lifecycle_edges() {
+    let mut env = Env::with_image(28).await;
+    let pod_config = env.pod_config("edges", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+
+    // RemoveContainer of a running container kills it.
+    let running = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("running", &["sleep", "1000"]),
+        )
+        .await;
+    let pid = env.pid(&running).await;
+    env.remove(&running).await;
+    assert!(!common::alive(pid), "removed container still runs");
+    assert!(common::mounts_containing(&running).is_empty());
+
+    // A command that is not in the image: the error names it and nothing is left.
+    let missing = env.container_config("missing", &["/no/such/cmd"]);
+    let created = env
+        .rt()
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(missing.clone()),
+            sandbox_config: Some(pod_config.clone()),
+        })
+        .await;
+    match created {
+        Err(s) => assert!(s.message().contains("/no/such/cmd"), "{s:?}"),
+        Ok(resp) => {
+            let id = resp.into_inner().container_id;
+            let started = env
+                .rt()
+                .start_container(StartContainerRequest {
+                    container_id: id.clone(),
+                })
+                .await;
+            match started {
+                Err(s) => assert!(s.message().contains("/no/such/cmd"), "{s:?}"),
+                Ok(_) => {
+                    let s = env.wait_exited(&id, EXIT_LIMIT).await;
+                    assert_ne!(s.exit_code, 0, "{s:?}");
+                }
+            }
+            env.remove(&id).await;
+        }
+    }
+    // Its name is free again either way.
+    let again = env
+        .create(
+            &pod,
+            &pod_config,
+            env.container_config("missing", &["true"]),
+        )
+        .await;
+    env.remove(&again).await;
+
+    // A pod without a log directory: containers run, no log path.
+    let mut quiet_config = env.pod_config("quiet", true);
+    quiet_config.log_directory.clear();
+    let quiet = env.run_pod(quiet_config.clone()).await;
+    let c = env
+        .create_start(
+            &quiet,
+            &quiet_config,
+            env.container_config("c", &["echo", "x"]),
+        )
+        .await;
+    let s = env.wait_exited(&c, EXIT_LIMIT).await;
+    assert_eq!((s.exit_code, s.log_path.as_str()), (0, ""));
+
+    // A stopped pod takes no new containers; its created ones cannot start.
+    let waiting = env
+        .create(
+            &pod,
+            &pod_config,
+            env.container_config("waiting", &["true"]),
+        )
+        .await;
+    env.stop_pod(&pod).await;
+    assert_status(
+        env.rt()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(env.container_config("late", &["true"])),
+                sandbox_config: Some(pod_config.clone()),
+            })
+            .await,
+        Code::FailedPrecondition,
+        &[&pod],
+    );
+    let started = env
+        .rt()
+        .start_container(StartContainerRequest {
+            container_id: waiting.clone(),
+        })
+        .await;
+    assert!(started.is_err(), "a container of a stopped pod started");
+    for id in [&pod, &quiet] {
+        env.remove_pod(id).await;
+    }
+    env.assert_no_leaks().await;
+}

@@ -479,3 +479,64 @@ async fn bridge_network_reachable_from_host_and_between_pods() {
         env.bridge
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pods_on_the_bridge() {
+    let mut env = Env::new(15).await;
+    const PODS: usize = 8;
+    let runs = (0..PODS).map(|i| {
+        let mut rt = env.rt();
+        let config = env.pod_config(&format!("many-{i}"), false);
+        async move {
+            rt.run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await
+            .map(|r| r.into_inner().pod_sandbox_id)
+        }
+    });
+    let results = futures_join_all(runs).await;
+    let ids: Vec<String> = results.into_iter().map(|r| r.unwrap()).collect();
+    env.pods.extend(ids.iter().cloned());
+    let mut ips = Vec::new();
+    for id in &ids {
+        let ip = env.pod_status(id).await.network.unwrap().ip;
+        assert!(ip.starts_with(&env.subnet_prefix()), "{ip}");
+        ips.push(ip);
+    }
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), PODS, "duplicate pod IPs");
+    assert_eq!(env.allocated_ips().len(), PODS);
+
+    // Stop and remove them all at once, twice each (idempotent under concurrency too).
+    let removes = ids
+        .iter()
+        .flat_map(|id| [id.clone(), id.clone()])
+        .map(|id| {
+            let mut rt = env.rt();
+            async move {
+                rt.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
+                    .await
+            }
+        });
+    for r in futures_join_all(removes).await {
+        r.unwrap();
+    }
+    env.assert_no_leaks().await;
+}
+
+/// Runs futures concurrently on the test's runtime and collects their outputs in order.
+async fn futures_join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}

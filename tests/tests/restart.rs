@@ -355,3 +355,62 @@ async fn crius_killed_during_create_container() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+#[tokio::test]
+async fn crius_killed_during_stop_container() {
+    let mut env = Env::with_image(45).await;
+    let pod_config = env.pod_config("stopping", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let cmd = "trap '' TERM USR1; i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.05; done";
+    let c = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("ticker", &["sh", "-c", cmd]),
+        )
+        .await;
+    let log = env.log_dir("stopping").join("ticker.log");
+    env.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
+        .await;
+    let mut rt = env.rt();
+    let id = c.clone();
+    let call = tokio::spawn(async move {
+        rt.stop_container(StopContainerRequest {
+            container_id: id,
+            timeout: 30,
+        })
+        .await
+    });
+    // Let the stop signal go out (the container ignores it), then crash mid-wait.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.crius.kill9().unwrap();
+    assert!(call.await.unwrap().is_err());
+    env.crius.restart().await.unwrap();
+
+    let s = env.status(&c).await;
+    assert_eq!(s.state, ContainerState::ContainerRunning as i32, "{s:?}");
+    // The log can be rotated through the restarted crius.
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    env.rt()
+        .reopen_container_log(ReopenContainerLogRequest {
+            container_id: c.clone(),
+        })
+        .await
+        .unwrap();
+    env.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
+        .await;
+    let begin = std::time::Instant::now();
+    env.stop(&c, 1).await;
+    assert!(
+        begin.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        begin.elapsed()
+    );
+    assert_eq!(env.status(&c).await.exit_code, 137);
+    let mut all = ticks(&rotated);
+    all.extend(ticks(&log));
+    assert_consecutive(&all);
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

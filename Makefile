@@ -7,9 +7,10 @@ CARGO ?= cargo
 #  libseccomp-dev, pkg-config: seccomp filters through libcontainer
 #  containernetworking-plugins: CNI plugins (/usr/lib/cni) for pod networks
 #  iptables, iproute2: used by the bridge and portmap plugins and by the tests
-#  docker-registry, busybox-static, apache2-utils: the local registry, test images, htpasswd
+#  docker-registry, busybox-static, apache2-utils, openssl: the local registry, test images,
+#  htpasswd, test TLS certificates
 RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables iproute2
-TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils
+TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl
 
 .PHONY: run test build build-release deps-run deps-test check-rust lint
 

@@ -97,6 +97,14 @@ impl Daemon {
             .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
         self.recover_containers().await;
         self.recover_pods().await;
+        // Blobs and snapshots a killed crius left unreferenced (a pull cut short, an image
+        // removed mid-way) are freed in the background; serving does not wait for it.
+        let images = self.images.clone();
+        tokio::spawn(async move {
+            if let Err(e) = images.gc().await {
+                tracing::warn!("image garbage collection at start: {e}");
+            }
+        });
         Ok(())
     }
 

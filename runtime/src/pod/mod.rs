@@ -237,8 +237,10 @@ impl Daemon {
             let netns = tokio::task::spawn_blocking(move || crius_cni::netns::create(&dir, &nid))
                 .await
                 .map_err(|e| Error::internal("create netns", e))??;
+            // Not written to the database yet: teardown derives the netns path and the CNI
+            // attachment from the id, so a crash before the final write leaks nothing, and a
+            // pod start pays two database syncs instead of four.
             record.netns = Some(netns.clone());
-            self.sandboxes.put(&self.store, &id, record.clone())?;
             let result = self
                 .network
                 .setup(&pod_network(&record, config, &netns)?)
@@ -246,7 +248,6 @@ impl Daemon {
             let mut ips: Vec<std::net::IpAddr> = result.pod_ips();
             ips.sort_by_key(|ip| ip.is_ipv6());
             record.ips = ips.iter().map(|ip| ip.to_string()).collect();
-            self.sandboxes.put(&self.store, &id, record.clone())?;
         }
 
         let shim = self.shims.start(&id).await?;
@@ -305,6 +306,12 @@ impl Daemon {
         let Some(record) = self.sandboxes.get(id) else {
             return Ok(());
         };
+        let stopped_cleanly = record.state == SandboxState::NotReady
+            && record.netns.is_none()
+            && record.network_error.is_none();
+        if stopped_cleanly {
+            return Ok(());
+        }
         for c in self.containers_of(id) {
             self.stop_container_by_id(&c.id, 0).await?;
         }
@@ -325,15 +332,20 @@ impl Daemon {
             if r.state != SandboxState::Creating {
                 r.state = SandboxState::NotReady;
             }
+            r.network_error = None;
+            r.netns = None;
+            r.ips.clear();
         })?;
         Ok(())
     }
 
-    /// CNI DEL and netns removal; a failure is kept on the record and retried next time.
+    /// CNI DEL (of whatever the attachment cache holds for the pod) and removal of the netns
+    /// pin, both derived from the id so that a pod whose start was cut short is released too.
+    /// A failure is kept on the record and retried by the next Stop or Remove.
     async fn release_network(&self, record: &SandboxRecord) -> Result<()> {
-        let Some(netns) = &record.netns else {
+        if record.host_network {
             return Ok(());
-        };
+        }
         if let Err(e) = self.network.teardown(&record.id).await {
             let msg = crate::error::chain(&e);
             self.sandboxes.update(&self.store, &record.id, |r| {
@@ -344,12 +356,10 @@ impl Daemon {
                 e,
             ));
         }
-        crius_cni::netns::remove(netns)?;
-        self.sandboxes.update(&self.store, &record.id, |r| {
-            r.network_error = None;
-            r.netns = None;
-            r.ips.clear();
-        })?;
+        let netns = PodPaths::new(&self.config.state, &record.id)
+            .netns_dir
+            .join(&record.id);
+        crius_cni::netns::remove(&netns)?;
         Ok(())
     }
 

@@ -97,6 +97,10 @@ impl ContainerPaths {
     }
 }
 
+/// How long crius keeps trying to remove a container whose create a crash interrupted (a
+/// shim gives up on a create after 60 s).
+const INTERRUPTED_CREATE_PATIENCE: Duration = Duration::from_secs(90);
+
 /// How much output of an `ExecSync` (stdout and stderr together) is returned: the response
 /// must fit kubelet's (and crius's) 16 MiB gRPC messages, with room for the framing.
 const EXEC_OUTPUT_LIMIT: usize = (16 << 20) - (64 << 10);
@@ -367,10 +371,13 @@ impl Daemon {
             )));
         }
         let shim = self.shims.get(&c.sandbox_id).await?;
+        // Taken before the start: a quick process may be done before the call returns, and
+        // its finish time must not come before its start time.
+        let started_at = now_nanos();
         let pid = shim.start(&c.id).await?;
         self.containers.update(&self.store, &c.id, |r| {
             r.state = ContainerState::Running;
-            r.started_at = now_nanos();
+            r.started_at = started_at;
             r.pid = u32::try_from(pid).ok();
         })?;
         self.watch_exit(c.sandbox_id.clone(), c.id.clone());
@@ -664,6 +671,32 @@ impl Daemon {
             .collect()
     }
 
+    /// Removes a container whose create crius did not see through. Its shim may still be
+    /// creating it (the shim outlived crius and refuses a delete until the create is done), so
+    /// this retries for a while.
+    async fn remove_interrupted(self: &Arc<Self>, id: &str) {
+        let deadline = tokio::time::Instant::now() + INTERRUPTED_CREATE_PATIENCE;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let result = {
+                let _lock = self.locks.lock(id).await;
+                self.remove_container_by_id(id).await
+            };
+            match result {
+                Ok(()) => return,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(container = id, "interrupted create not removable yet: {e}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => {
+                    tracing::error!(container = id, "clean up interrupted container: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
     /// At start: cleans up interrupted creates and follows running containers again, finding
     /// out how those that ended while crius was away ended.
     pub async fn recover_containers(self: &Arc<Self>) {
@@ -671,9 +704,8 @@ impl Daemon {
             match c.state {
                 ContainerState::Creating => {
                     tracing::info!(container = %c.id, "removing a container whose create was interrupted");
-                    if let Err(e) = self.remove_container_by_id(&c.id).await {
-                        tracing::error!(container = %c.id, "clean up interrupted container: {e}");
-                    }
+                    let daemon = Arc::clone(self);
+                    tokio::spawn(async move { daemon.remove_interrupted(&c.id).await });
                 }
                 ContainerState::Running => self.watch_exit(c.sandbox_id.clone(), c.id.clone()),
                 ContainerState::Created => {

@@ -152,6 +152,9 @@ fn list_items(d: &Daemon, filter: Option<ContainerFilter>) -> Vec<Container> {
         .containers
         .all()
         .into_iter()
+        // A container whose create is under way (or was interrupted and is being removed)
+        // does not exist yet for the client.
+        .filter(|r| r.state != State::Creating)
         .filter_map(|r| {
             let config = r.config();
             matches(d, &r, &config, &filter).then(|| Container {

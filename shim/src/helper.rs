@@ -78,10 +78,16 @@ pub fn spawn(helper: &Path, args: &[&str], stdio: [Option<RawFd>; 3]) -> io::Res
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: the closure runs in the forked child before exec and only calls fcntl/dup2,
-    // which are async-signal-safe.
+    // SAFETY: the closure runs in the forked child before exec and only calls fcntl/dup2 and
+    // sigprocmask/signal, which are async-signal-safe.
     unsafe {
-        cmd.pre_exec(move || place_fds(&moves));
+        cmd.pre_exec(move || {
+            // The shim blocks SIGCHLD/SIGTERM/SIGINT for its signalfd; a blocked mask survives
+            // exec and libcontainer does not reset it, so without this every container would
+            // start with SIGTERM blocked and StopContainer would always wait for SIGKILL.
+            crate::signals::reset_for_child();
+            place_fds(&moves)
+        });
     }
     let child = cmd.spawn()?;
     drop(child_end);

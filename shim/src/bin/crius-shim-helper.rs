@@ -14,6 +14,11 @@ use crius_shim::helper::{self, Outcome, LOG_FD, REPORT_FD, STDIO_FDS};
 use crius_shim::libct::{self, InitStdio};
 
 fn main() {
+    // Rust's runtime ignores SIGPIPE before main; the container processes libcontainer clones
+    // from here (exec processes in particular) would inherit that. A container's program
+    // expects the default: die on a write to a closed pipe.
+    // SAFETY: restoring a default disposition installs no handler code.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     if fd_is_open(LOG_FD) {
         // SAFETY: the shim placed its log file on LOG_FD for us; nothing else owns it.
         crius_shim::shim_log::init(unsafe { File::from_raw_fd(LOG_FD) });

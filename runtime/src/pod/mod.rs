@@ -130,6 +130,12 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
             "runtime_handler {runtime_handler:?} is not configured (known: \"\", \"crius\")"
         )));
     }
+    if config.hostname.len() > 64 || config.hostname.contains(['/', '\0', '\n']) {
+        return Err(Error::InvalidArgument(format!(
+            "config.hostname {:?} is not a valid hostname (at most 64 bytes)",
+            config.hostname
+        )));
+    }
     if let Some(dns) = &config.dns_config {
         files::validate_dns(dns)?;
     }
@@ -167,10 +173,12 @@ impl Daemon {
         let _lock = self.locks.lock(&id).await;
         let (net_mode, _, ipc_mode) = namespace_modes(&config);
         let host_network = net_mode == NamespaceMode::Node;
-        let hostname = match (config.hostname.is_empty(), host_network) {
-            (false, _) => config.hostname.clone(),
-            (true, true) => files::node_hostname(),
-            (true, false) => meta.name.clone(),
+        // No hostname in the request: the node's, as containerd does (kubelet always sends
+        // one; the pod's name would not do, it may be longer than the 64 bytes Linux allows).
+        let hostname = if config.hostname.is_empty() {
+            files::node_hostname()
+        } else {
+            config.hostname.clone()
         };
         let cgroup_parent = config
             .linux
@@ -534,4 +542,42 @@ pub fn write_spec(bundle: &Path, spec: &oci_spec::runtime::Spec) -> Result<()> {
     let json = serde_json::to_vec(spec).map_err(|e| Error::internal("encode OCI spec", e))?;
     crate::util::write_atomic(&bundle.join("config.json"), &json)
         .map_err(|e| Error::internal(format!("write {}/config.json", bundle.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crius_api::v1::PodSandboxMetadata;
+
+    fn config(hostname: &str) -> PodSandboxConfig {
+        PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: "web".into(),
+                namespace: "default".into(),
+                uid: "u1".into(),
+                attempt: 0,
+            }),
+            hostname: hostname.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hostname_longer_than_linux_allows_is_refused() {
+        validate(&config(&"h".repeat(64)), "").unwrap();
+        let msg = validate(&config(&"h".repeat(65)), "")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("config.hostname"), "{msg}");
+    }
+
+    #[test]
+    fn metadata_fields_are_required_and_named() {
+        let mut c = config("");
+        c.metadata.as_mut().unwrap().uid.clear();
+        let msg = validate(&c, "").unwrap_err().to_string();
+        assert_eq!(msg, "config.metadata.uid is required");
+        let msg = validate(&config(""), "kata").unwrap_err().to_string();
+        assert!(msg.contains("runtime_handler \"kata\""), "{msg}");
+    }
 }

@@ -175,6 +175,16 @@ async fn shim_killed() {
 
     let s = env.wait_exited(&sleeper, Duration::from_secs(20)).await;
     assert_ne!(s.exit_code, 0, "{s:?}");
+    // The pod is not ready any more: kubelet will replace it.
+    wait_for(
+        "the pod to be not ready",
+        Duration::from_secs(10),
+        || async {
+            (env.pod_status(&pod).await.state == PodSandboxState::SandboxNotready as i32)
+                .then_some(())
+        },
+    )
+    .await;
     assert!(!s.reason.is_empty(), "{s:?}");
     assert!(s.message.contains("shim"), "message should say why: {s:?}");
     // Nothing of the container keeps running once crius reports it exited.
@@ -233,6 +243,15 @@ async fn shim_killed_while_crius_is_down() {
 
     let s = env.wait_exited(&sleeper, Duration::from_secs(20)).await;
     assert!(s.message.contains("shim"), "{s:?}");
+    wait_for(
+        "the pod to be not ready",
+        Duration::from_secs(10),
+        || async {
+            (env.pod_status(&pod).await.state == PodSandboxState::SandboxNotready as i32)
+                .then_some(())
+        },
+    )
+    .await;
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;

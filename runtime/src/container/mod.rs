@@ -550,8 +550,8 @@ impl Daemon {
         // under a kubelet pod cgroup nobody else would.
         if let Some(pod) = self.sandboxes.get(&c.sandbox_id) {
             let cgroup = cgroups::container_cgroup(&pod.cgroup, id);
-            crate::pod::reap::empty_cgroup_tree(&cgroup, Duration::from_secs(2)).await;
-            if let Err(e) = cgroups::remove(&cgroup) {
+            let patience = crate::pod::CGROUP_REMOVE_PATIENCE;
+            if let Err(e) = crate::pod::reap::remove_cgroup(&cgroup, patience).await {
                 tracing::warn!(container = id, "remove container cgroup: {e}");
             }
         }

@@ -25,6 +25,10 @@ use crate::error::{Error, Result};
 use crate::mounts;
 use crate::util::{new_id, now_nanos};
 
+/// How long removing a pod or container waits for its cgroup to empty (killed orphans of a
+/// dead shim are zombies until init reaps them).
+pub const CGROUP_REMOVE_PATIENCE: Duration = Duration::from_secs(10);
+
 /// Where a pod is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SandboxState {
@@ -205,7 +209,10 @@ impl Daemon {
             return Err(e);
         }
         match self.setup_pod(record, &config, ipc_mode).await {
-            Ok(()) => Ok(id),
+            Ok(()) => {
+                self.watch_pod(id.clone());
+                Ok(id)
+            }
             Err(e) => {
                 tracing::warn!(pod = %id, "run pod failed, undoing: {e}");
                 if let Err(undo) = self.teardown_pod(&id, true).await {
@@ -412,11 +419,12 @@ impl Daemon {
             }
         }
         // The pause container's cgroup, which a dead shim could not delete.
-        if let Err(e) = cgroups::remove(&cgroups::container_cgroup(&record.cgroup, id)) {
+        let pause_cgroup = cgroups::container_cgroup(&record.cgroup, id);
+        if let Err(e) = reap::remove_cgroup(&pause_cgroup, CGROUP_REMOVE_PATIENCE).await {
             tracing::warn!(pod = id, "remove pause cgroup: {e}");
         }
         if cgroups::owned_by_crius(&record.cgroup) {
-            if let Err(e) = cgroups::remove(&record.cgroup) {
+            if let Err(e) = reap::remove_cgroup(&record.cgroup, CGROUP_REMOVE_PATIENCE).await {
                 tracing::warn!(pod = id, "remove pod cgroup: {e}");
             }
             cgroups::remove_parent_if_empty();
@@ -454,14 +462,66 @@ impl Daemon {
     /// At start: finishes what a killed crius left half-done.
     pub async fn recover_pods(self: &Arc<Self>) {
         for record in self.sandboxes.all() {
-            if record.state == SandboxState::Creating {
-                tracing::info!(pod = %record.id, "removing a pod whose start was interrupted");
-                let _lock = self.locks.lock(&record.id).await;
-                if let Err(e) = self.teardown_pod(&record.id, true).await {
-                    tracing::error!(pod = %record.id, "clean up interrupted pod: {e}");
+            match record.state {
+                SandboxState::Creating => {
+                    tracing::info!(pod = %record.id, "removing a pod whose start was interrupted");
+                    let _lock = self.locks.lock(&record.id).await;
+                    if let Err(e) = self.teardown_pod(&record.id, true).await {
+                        tracing::error!(pod = %record.id, "clean up interrupted pod: {e}");
+                    }
                 }
+                SandboxState::Ready => self.watch_pod(record.id.clone()),
+                SandboxState::NotReady => {}
             }
         }
+    }
+
+    /// Follows a ready pod's pause process: when it exits, or the pod's shim dies, the pod is
+    /// no longer ready (kubelet then stops it and creates a new one), as containerd reports a
+    /// sandbox whose task exited.
+    pub fn watch_pod(self: &Arc<Self>, id: String) {
+        let daemon = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                let waited = match daemon.shims.get(&id).await {
+                    Ok(shim) => shim.wait(&id, None).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                let why = match waited {
+                    Ok(exit) => format!("its pause process exited with {}", exit.exit_code),
+                    Err(e) if daemon.shims.running_pid(&id).is_none() => {
+                        format!("its shim is gone ({e})")
+                    }
+                    Err(_) => {
+                        if daemon
+                            .sandboxes
+                            .get(&id)
+                            .is_none_or(|r| r.state != SandboxState::Ready)
+                        {
+                            return;
+                        }
+                        // The shim lives but the call failed: try again shortly.
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                // Under the pod lock: a stop or removal in progress decides, not this watch.
+                let _lock = daemon.locks.lock(&id).await;
+                if daemon
+                    .sandboxes
+                    .get(&id)
+                    .is_some_and(|r| r.state == SandboxState::Ready)
+                {
+                    tracing::warn!(pod = %id, "pod is not ready: {why}");
+                    if let Err(e) = daemon.sandboxes.update(&daemon.store, &id, |r| {
+                        r.state = SandboxState::NotReady;
+                    }) {
+                        tracing::error!(pod = %id, "record pod not ready: {e}");
+                    }
+                }
+                return;
+            }
+        });
     }
 }
 

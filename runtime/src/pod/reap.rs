@@ -61,3 +61,25 @@ fn collect_pids(dir: &Path, pids: &mut Vec<i32>) {
         }
     }
 }
+
+/// Removes `cgroup` (and what is below it) once its processes are gone, for at most `limit`.
+///
+/// A process killed after its shim died is reparented to init and stays a zombie until init
+/// reaps it, which some inits do only every few seconds; meanwhile the kernel refuses to remove
+/// its cgroup (`EBUSY`) although `cgroup.procs` no longer lists it. So: kill, try, wait, retry.
+pub async fn remove_cgroup(cgroup: &str, limit: Duration) -> std::io::Result<()> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        kill_cgroup_tree(cgroup);
+        match cgroups::remove(cgroup) {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ResourceBusy
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -184,12 +184,7 @@ fn setup(opts: &Options) -> Result<Shim, StartError> {
         path: state.clone(),
         source,
     })?;
-    crate::exit_record::write_atomic(
-        state,
-        crius_api::shim::PID_FILE,
-        std::process::id().to_string().as_bytes(),
-    )
-    .map_err(|source| StartError::Sys {
+    write_pid_file(state).map_err(|source| StartError::Sys {
         what: "write pid file",
         source,
     })?;
@@ -197,6 +192,21 @@ fn setup(opts: &Options) -> Result<Shim, StartError> {
         what: "prepare state dir",
         source,
     })
+}
+
+/// Write `shim.pid` through a temp file and a rename, so that crius never reads half of it.
+///
+/// Not synced (neither the file nor the directory, which cost two fsyncs on every pod start
+/// where the state directory is on a disk): the file names a live process, and every reason
+/// to read it is gone with a machine crash, the only thing an fsync guards against. A shim
+/// that dies before it reports ready is cleaned up by crius, which waits for that report; one
+/// that dies later leaves a complete file naming a dead pid, which crius checks
+/// (`/proc/<pid>/cmdline`) before trusting.
+fn write_pid_file(state: &Path) -> std::io::Result<()> {
+    let name = crius_api::shim::PID_FILE;
+    let tmp = state.join(format!(".{name}.tmp"));
+    fs::write(&tmp, std::process::id().to_string())?;
+    fs::rename(&tmp, state.join(name))
 }
 
 /// Point stdin, stdout and stderr at /dev/null: crius's pipes must close when the foreground

@@ -4,8 +4,9 @@
 //! the container's `oom_score_adj` to `/proc/self/oom_score_adj`; its container init is a
 //! `CLONE_PARENT` child of the caller), and linking it makes a binary large: its relocations
 //! and code would dominate the resident memory of a process that lives as long as the pod. So
-//! the long-lived `crius-shim` never links it: every create, start, kill-all, delete and exec
-//! runs in a short-lived `crius-shim-helper` process the shim spawns (fork + exec). The helper
+//! the long-lived `crius-shim` never links it: every create and exec runs in a short-lived
+//! `crius-shim-helper` process the shim spawns (fork + exec), and so do a start, a kill of the
+//! whole cgroup or a delete that the shim does not do itself (see [`crate::libct_state`]). The helper
 //! reports its outcome (a pid, maybe a pty master fd) over a `SOCK_SEQPACKET` socket and exits;
 //! the processes it made are then re-parented to the shim, a child subreaper.
 //!

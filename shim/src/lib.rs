@@ -8,21 +8,27 @@
 //! it durably ([`exit_record`], with OOM kills from [`oom`]). It outlives crius: containers keep
 //! running and logging while crius restarts.
 //!
-//! The long-lived `crius-shim` binary does not link libcontainer: creates, starts, kills of a
-//! whole cgroup, deletes and execs run in short-lived `crius-shim-helper` processes ([`helper`],
-//! [`libct`]). That keeps libcontainer's side effects on its caller (working directory,
-//! dumpable flag, `oom_score_adj`) out of the shim and its large code and relocations out of
-//! the shim's resident memory.
+//! The long-lived `crius-shim` binary does not link libcontainer: creates and execs run in
+//! short-lived `crius-shim-helper` processes ([`helper`], [`libct`]). That keeps libcontainer's
+//! side effects on its caller (working directory, dumpable flag, `oom_score_adj`) out of the
+//! shim and its large code and relocations out of the shim's resident memory. What needs no
+//! libcontainer code the shim does itself, saving a helper's exec on every pod and container
+//! start and stop: it starts a created container through libcontainer's notify socket and
+//! state file ([`libct_state`]), signals a whole cgroup and removes the cgroup of an exited
+//! container ([`cgroup`]). Hooks, systemd or Intel RDT state, and anything unexpected in
+//! libcontainer's files still go to a helper.
 //!
 //! State directory layout (`<state>/shims/<pod-id>/`): `control.sock`, `shim.pid`, `shim.log`
 //! (unless `--log`), `runc/` (libcontainer's state), `containers/<id>/exit.json`,
 //! `exec/<n>.json` (process specs of running execs).
 
+pub mod cgroup;
 pub mod cri_log;
 pub mod daemon;
 pub mod exit_record;
 pub mod helper;
 pub mod libct;
+pub mod libct_state;
 pub mod oom;
 pub mod server;
 pub mod shim_log;

@@ -20,9 +20,11 @@ use crius_api::shim::{
 };
 use tracing::{info, warn};
 
+use crate::cgroup::Hierarchies;
 use crate::cri_log::{CriLog, Stream};
 use crate::exit_record;
 use crate::helper::{self, set_nonblocking, Outcome};
+use crate::libct_state::{self, Recorded};
 use crate::oom::OomCounter;
 use crate::signals::Signals;
 use crate::time::{now_unix_nanos, rfc3339_nanos};
@@ -97,6 +99,9 @@ struct Container {
     helpers: u32,
     /// A delete waits for `helpers` to reach 0.
     delete_queued: bool,
+    /// What libcontainer recorded of the spec at create (cgroup, hooks); `None` if it could
+    /// not be read, and then every operation goes through a helper.
+    libct: Option<Recorded>,
 }
 
 impl Container {
@@ -214,6 +219,8 @@ pub struct Shim {
     /// Helpers not reaped yet (their reports may already be read).
     helper_pids: Vec<i32>,
     orphan_exits: Vec<(i32, i32, Instant)>,
+    /// The host's cgroup hierarchies, looked up on first use.
+    cgroups: Option<Hierarchies>,
     next_id: u64,
     shutdown_requested: bool,
     terminating: bool,
@@ -298,6 +305,7 @@ impl Shim {
             helpers: BTreeMap::new(),
             helper_pids: Vec::new(),
             orphan_exits: Vec::new(),
+            cgroups: None,
             next_id: 1,
             shutdown_requested: false,
             terminating: false,
@@ -435,7 +443,7 @@ impl Shim {
 
     fn dispatch(&mut self, source: Source, revents: i16) {
         match source {
-            Source::Helper(id) => self.on_helper(id, false),
+            Source::Helper(id) => self.on_helper(id, None),
             Source::Signals => {
                 for sig in self.signals.drain() {
                     match sig {
@@ -627,7 +635,7 @@ impl Shim {
                 pod_id: self.cfg.pod_id.clone(),
             })),
             Op::CreateContainer(req) => self.create(token, req).map(|()| None),
-            Op::Start { id } => self.start(token, &id).map(|()| None),
+            Op::Start { id } => self.start(token, &id),
             Op::Kill { id, signal, all } => self.kill(token, &id, signal, all),
             Op::Delete { id, force } => self.delete(token, &id, force).map(|()| None),
             Op::State { id } => self
@@ -791,6 +799,7 @@ impl Shim {
                 deleting: false,
                 helpers: 1,
                 delete_queued: false,
+                libct: None,
             },
         );
         Ok(())
@@ -831,7 +840,10 @@ impl Shim {
         Ok(())
     }
 
-    fn start(&mut self, token: Token, id: &str) -> Result<(), ShimError> {
+    /// Let a created container run: in the plain case the shim sends the init its start
+    /// message itself (see [`libct_state::start`]); hooks, or anything unexpected in
+    /// libcontainer's files, go to libcontainer in a helper.
+    fn start(&mut self, token: Token, id: &str) -> Result<Option<Reply>, ShimError> {
         self.refuse_if_stopping()?;
         let c = self.containers.get_mut(id).ok_or_else(|| not_found(id))?;
         if c.status != ContainerStatus::Created
@@ -844,7 +856,22 @@ impl Shim {
                 format!("container {id} is {:?}, not created", c.status),
             ));
         }
-        c.starting = Some(now_unix_nanos());
+        let began = now_unix_nanos();
+        let plain = c.libct.as_ref().is_some_and(|r| !r.poststart_hooks);
+        if let (true, true, Some(pid)) = (plain, c.alive(), c.pid) {
+            match libct_state::start(&self.runc_root.join(id), pid) {
+                Ok(()) => {
+                    c.status = ContainerStatus::Running;
+                    c.started_at = Some(began);
+                    info!(target: "crius_shim", container = %id, "started");
+                    return Ok(Some(Reply::Started { pid }));
+                }
+                Err(e) => {
+                    info!(target: "crius_shim", container = %id, reason = %crate::daemon::error_chain(&e), "start left to a helper");
+                }
+            }
+        }
+        c.starting = Some(began);
         let purpose = HelperPurpose::Start {
             id: id.to_owned(),
             token,
@@ -858,7 +885,7 @@ impl Shim {
                 format!("start container {id}: spawn helper: {e}"),
             ));
         }
-        Ok(())
+        Ok(None)
     }
 
     fn started(&mut self, id: &str, token: Token, result: Result<i32, String>) {
@@ -909,6 +936,12 @@ impl Shim {
             ));
         }
         if all {
+            match self.kill_all_in_process(id, signal) {
+                Ok(()) => return Ok(Some(Reply::Done)),
+                Err(reason) => {
+                    info!(target: "crius_shim", container = %id, %reason, "kill of all processes left to a helper");
+                }
+            }
             let args = vec!["kill".to_owned(), "--signal".to_owned(), signal.to_string()];
             self.spawn_helper(id, args, [None; 3], HelperPurpose::Kill { token })
                 .map_err(|e| {
@@ -966,6 +999,61 @@ impl Shim {
         Ok(())
     }
 
+    /// Signal every process of the container's cgroup, frozen meanwhile (see
+    /// [`Hierarchies::kill_all`]); an error says why a helper must do it instead.
+    fn kill_all_in_process(&mut self, id: &str, signal: i32) -> Result<(), String> {
+        let cgroup_path = self
+            .containers
+            .get(id)
+            .and_then(|c| c.libct.as_ref())
+            .map(|r| r.cgroup_path.clone())
+            .ok_or("libcontainer's record of the container was not read")?;
+        let hierarchies = self.hierarchies()?;
+        let sent = hierarchies
+            .kill_all(&cgroup_path, signal)
+            .map_err(|e| crate::daemon::error_chain(&e))?;
+        tracing::debug!(target: "crius_shim", container = %id, signal, processes = sent, "signalled the cgroup");
+        Ok(())
+    }
+
+    /// Delete an exited container without a helper when libcontainer's delete would do no
+    /// more than this: remove the cgroup (leaf first, in every hierarchy) and the state
+    /// directory. An error says why a helper must do it (hooks, Intel RDT, processes still in
+    /// the cgroup, ...); nothing is removed then.
+    fn delete_in_process(&mut self, id: &str) -> Result<(), String> {
+        let c = self.containers.get(id).ok_or("unknown container")?;
+        if c.exit.is_none() {
+            return Err("the init has not been reaped".to_owned());
+        }
+        let recorded = c
+            .libct
+            .clone()
+            .ok_or("libcontainer's record of the container was not read")?;
+        if recorded.poststop_hooks {
+            return Err("poststop hooks".to_owned());
+        }
+        let dir = self.runc_root.join(id);
+        if !dir.exists() {
+            return Ok(());
+        }
+        libct_state::check_plain_delete(&dir).map_err(|e| crate::daemon::error_chain(&e))?;
+        self.hierarchies()?
+            .remove(&recorded.cgroup_path)
+            .map_err(|e| crate::daemon::error_chain(&e))?;
+        libct_state::remove(&dir).map_err(|e| crate::daemon::error_chain(&e))
+    }
+
+    /// The host's cgroup hierarchies (looked up once).
+    fn hierarchies(&mut self) -> Result<&Hierarchies, String> {
+        if self.cgroups.is_none() {
+            let found = Hierarchies::detect().map_err(|e| crate::daemon::error_chain(&e))?;
+            self.cgroups = Some(found);
+        }
+        self.cgroups
+            .as_ref()
+            .ok_or_else(|| "cgroup hierarchies unknown".to_owned())
+    }
+
     /// SIGKILL the init. In its own PID namespace that ends every process of the container;
     /// whatever else is left in its cgroup the delete kills (libcontainer empties the cgroup
     /// before removing it).
@@ -979,8 +1067,8 @@ impl Shim {
         }
     }
 
-    /// Remove the container's cgroup and libcontainer state through a helper; the record goes
-    /// when it reports.
+    /// Remove the container's cgroup and libcontainer state, in process when that is safe
+    /// ([`Self::delete_in_process`]), else through a helper; the record goes when it is done.
     fn begin_delete(&mut self, id: &str) {
         let Some(c) = self.containers.get_mut(id) else {
             return;
@@ -993,6 +1081,18 @@ impl Shim {
             return;
         }
         c.delete_queued = false;
+        match self.delete_in_process(id) {
+            Ok(()) => {
+                self.deleted(id, Ok(0));
+                return;
+            }
+            Err(reason) => {
+                info!(target: "crius_shim", container = %id, %reason, "delete left to a helper");
+            }
+        }
+        let Some(c) = self.containers.get_mut(id) else {
+            return;
+        };
         c.deleting = true;
         let purpose = HelperPurpose::Delete { id: id.to_owned() };
         if let Err(e) = self.spawn_helper(id, vec!["delete".to_owned()], [None; 3], purpose) {
@@ -1137,16 +1237,20 @@ impl Shim {
     /// A helper's report socket is readable, or (`exited`) the helper was reaped: a helper that
     /// exits without a report failed (its children may hold the socket open, so its end is
     /// not seen as EOF).
-    fn on_helper(&mut self, key: u64, exited: bool) {
+    fn on_helper(&mut self, key: u64, exit_status: Option<i32>) {
         let Some(helper) = self.helpers.get(&key) else {
             return;
         };
         let mut crashed = false;
         let result = match helper::receive(&helper.chan) {
-            Ok(None) if !exited => return,
+            Ok(None) if exit_status.is_none() => return,
             Ok(None) => {
                 crashed = true;
-                Err(format!("helper {} exited without a report", helper.pid))
+                let (code, signal) = decode_status(exit_status.unwrap_or(0));
+                Err(format!(
+                    "helper {} exited without a report (status {code}, signal {signal:?})",
+                    helper.pid
+                ))
             }
             Ok(Some((outcome, fd))) => match outcome {
                 Outcome::Ok { pid } => Ok((pid, fd)),
@@ -1228,8 +1332,18 @@ impl Shim {
                 return;
             }
         };
+        // libcontainer's record of the spec, for starting, signalling and deleting without a
+        // helper; without it those go through helpers, as before.
+        let recorded = match libct_state::read_recorded(&self.runc_root.join(id)) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                warn!(target: "crius_shim", container = %id, error = %crate::daemon::error_chain(&e), "libcontainer's record unreadable");
+                None
+            }
+        };
         if let Some(c) = self.containers.get_mut(id) {
             c.pid = Some(pid);
+            c.libct = recorded;
             c.status = ContainerStatus::Created;
             c.created_at = now_unix_nanos();
             c.oom = OomCounter::for_pid(pid).and_then(|counter| {
@@ -1312,7 +1426,7 @@ impl Shim {
                 .find(|(_, h)| h.pid == pid)
                 .map(|(k, _)| *k);
             if let Some(key) = pending {
-                self.on_helper(key, true);
+                self.on_helper(key, Some(status));
             }
             return;
         }

@@ -36,12 +36,38 @@ fn summary(name: &str, mut samples: Vec<Duration>) {
 #[test]
 #[ignore = "benchmark: run explicitly with --ignored --nocapture"]
 fn footprint_and_latency() {
+    // Launching a shim (fork, detach, control socket, pid file) until it reports ready.
+    let mut launch = Vec::new();
+    for i in 0..10 {
+        let t = Instant::now();
+        let pod = Pod::start_logging(&format!("launch{i}"), "info");
+        launch.push(t.elapsed());
+        drop(pod);
+    }
+    summary("shim launch", launch);
+
+    // Exec and initialisation of the helper binary alone: an operation it refuses at once.
+    let helper = std::path::Path::new(common::SHIM).with_file_name("crius-shim-helper");
+    let mut noop = Vec::new();
+    for _ in 0..30 {
+        let t = Instant::now();
+        let out = std::process::Command::new(&helper)
+            .arg("no-op")
+            .output()
+            .unwrap();
+        noop.push(t.elapsed());
+        assert!(!out.status.success());
+    }
+    summary("helper exec (no-op)", noop);
+
     // The default log level, as in production.
     let pod = Pod::start_logging("measure", "info");
     runtime().block_on(async {
         let client = pod.client().await;
 
         let mut create_start = Vec::new();
+        let (mut create, mut start, mut stop, mut delete) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for i in 0..20 {
             let bundle = pod.bundle(&format!("cs{i}"), &["sleep", "1000"]);
             let t = Instant::now();
@@ -49,11 +75,28 @@ fn footprint_and_latency() {
                 .create_container(pod.create_request(&bundle))
                 .await
                 .unwrap();
+            create.push(t.elapsed());
+            let t2 = Instant::now();
             client.start(&bundle.id).await.unwrap();
+            start.push(t2.elapsed());
             create_start.push(t.elapsed());
             pod.track(pid);
-            client.delete(&bundle.id, true).await.unwrap();
+            // As crius stops a container: signal the whole cgroup, wait for the exit.
+            let t = Instant::now();
+            client.kill(&bundle.id, libc::SIGKILL, true).await.unwrap();
+            client
+                .wait(&bundle.id, Some(Duration::from_secs(10)))
+                .await
+                .unwrap();
+            stop.push(t.elapsed());
+            let t = Instant::now();
+            client.delete(&bundle.id, false).await.unwrap();
+            delete.push(t.elapsed());
         }
+        summary("create (busybox sleep)", create);
+        summary("start", start);
+        summary("kill all SIGKILL + wait", stop);
+        summary("delete (exited)", delete);
         summary("create+start (busybox sleep)", create_start);
 
         let bundle = pod.bundle("main", &["sleep", "1000"]);

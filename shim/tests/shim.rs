@@ -7,7 +7,7 @@ mod common;
 use std::fs;
 use std::time::{Duration, Instant};
 
-use common::{alive, exec_process, ms, parse_log, runtime, wait_for, Pod};
+use common::{alive, exec_process, ms, parse_log, runtime, wait_for, Pod, RecordingHelper};
 use crius_api::shim::{ContainerStatus, ErrorKind, ExecSync};
 
 #[test]
@@ -668,4 +668,220 @@ fn a_helper_that_dies_without_reporting_fails_the_request() {
         client.shutdown().await.unwrap();
     });
     assert!(wait_for(Duration::from_secs(5), || !pod.shim_alive()));
+}
+
+/// libcontainer's status of a container, from its state file.
+fn libct_status(pod: &Pod, id: &str) -> String {
+    let text = fs::read_to_string(pod.state.join("runc").join(id).join("state.json")).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&text).unwrap();
+    state["status"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn start_kill_all_and_delete_run_in_the_shim() {
+    let helper = RecordingHelper::new();
+    let pod = Pod::start_with("inproc", "debug", &["--helper", &helper.path()]);
+    let bundle = pod.bundle("c", &["sh", "-c", "sleep 1000 & sleep 1001"]);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        assert_eq!(libct_status(&pod, &bundle.id), "created");
+        assert_eq!(client.start(&bundle.id).await.unwrap(), pid);
+        // Recorded as libcontainer's own start would: its exec accepts only running ones.
+        assert_eq!(libct_status(&pod, &bundle.id), "running");
+        let info = client.state(&bundle.id).await.unwrap();
+        assert_eq!(info.status, ContainerStatus::Running);
+        assert!(info.started_at_unix_nano.is_some());
+        let out = client
+            .exec_sync(ExecSync {
+                id: bundle.id.clone(),
+                process: exec_process(&["sh", "-c", "echo exec-ok"]),
+                timeout_ms: 10_000,
+                output_limit: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(out.stdout, b"exec-ok\n");
+
+        let rel = format!("{}/{}", common::CGROUP_PARENT, bundle.id);
+        let procs = std::path::Path::new("/sys/fs/cgroup/freezer")
+            .join(&rel)
+            .join("cgroup.procs");
+        assert!(wait_for(Duration::from_secs(5), || fs::read_to_string(
+            &procs
+        )
+        .unwrap_or_default()
+        .lines()
+        .count()
+            == 2));
+        // Nothing of the shim's or the helper's signal set-up reaches the container: nothing
+        // blocked or handled, SIGPIPE not ignored (busybox sh itself ignores SIGQUIT).
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let mask = |key: &str| {
+            let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+            u64::from_str_radix(line[key.len()..].trim(), 16).unwrap()
+        };
+        assert_eq!(mask("SigBlk:"), 0);
+        assert_eq!(mask("SigCgt:"), 0);
+        assert_eq!(mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0);
+        let count = || {
+            fs::read_to_string(&procs)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        // SIGTERM to all reaches the background sleep, which dies of it; the init, PID 1 of
+        // its namespace without a handler, is immune to it.
+        client.kill(&bundle.id, libc::SIGTERM, true).await.unwrap();
+        // Frozen while signalled, thawed before the reply.
+        let freezer_state = procs.with_file_name("freezer.state");
+        assert_eq!(fs::read_to_string(&freezer_state).unwrap().trim(), "THAWED");
+        assert!(wait_for(Duration::from_secs(5), || count() == 1));
+        assert!(alive(pid));
+        client.kill(&bundle.id, libc::SIGKILL, true).await.unwrap();
+        let exit = client
+            .wait(&bundle.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert_eq!(exit.signal, Some(libc::SIGKILL));
+        assert!(wait_for(Duration::from_secs(5), || count() == 0));
+
+        client.delete(&bundle.id, false).await.unwrap();
+        // Its cgroup is gone from every hierarchy, and libcontainer's state with it.
+        assert_eq!(
+            common::existing_cgroups(&rel),
+            Vec::<std::path::PathBuf>::new()
+        );
+        assert!(!pod.state.join("runc").join(&bundle.id).exists());
+    });
+    // Only what needs libcontainer went to a helper.
+    assert_eq!(helper.ops(), ["create", "exec"]);
+}
+
+#[test]
+fn a_created_container_is_deleted_in_the_shim() {
+    let helper = RecordingHelper::new();
+    let pod = Pod::start_with("inproc-created", "debug", &["--helper", &helper.path()]);
+    let bundle = pod.bundle("c", &["sleep", "1000"]);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        // Never started: its init waits on libcontainer's notify socket.
+        client.delete(&bundle.id, false).await.unwrap();
+        assert!(!alive(pid));
+        let rel = format!("{}/{}", common::CGROUP_PARENT, bundle.id);
+        assert_eq!(
+            common::existing_cgroups(&rel),
+            Vec::<std::path::PathBuf>::new()
+        );
+        assert!(!pod.state.join("runc").join(&bundle.id).exists());
+    });
+    assert_eq!(helper.ops(), ["create"]);
+}
+
+#[test]
+fn hooks_leave_start_and_delete_to_libcontainer() {
+    let helper = RecordingHelper::new();
+    let pod = Pod::start_with("hooks", "debug", &["--helper", &helper.path()]);
+    let mut bundle = pod.bundle("c", &["sleep", "1000"]);
+    let marks = pod.dir.path().join("hook-marks");
+    fs::create_dir_all(&marks).unwrap();
+    bundle.add_hook(
+        "poststart",
+        &format!("echo ran > {}/poststart", marks.display()),
+    );
+    bundle.add_hook(
+        "poststop",
+        &format!("echo ran > {}/poststop", marks.display()),
+    );
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        assert!(marks.join("poststart").exists());
+        client.kill(&bundle.id, libc::SIGKILL, false).await.unwrap();
+        client
+            .wait(&bundle.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        client.delete(&bundle.id, false).await.unwrap();
+        assert!(marks.join("poststop").exists());
+        assert!(!pod.state.join("runc").join(&bundle.id).exists());
+    });
+    assert_eq!(helper.ops(), ["create", "start", "delete"]);
+}
+
+#[test]
+fn kill_all_reaches_processes_that_outlive_the_init_in_a_shared_pid_namespace() {
+    let pod = Pod::start("sharedpid");
+    let pause_bin = pod.dir.path().join("crius-pause");
+    let status = std::process::Command::new(common::SHIM)
+        .arg("--install-pause")
+        .arg(&pause_bin)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut sandbox = pod.bundle("sandbox", &["/pause"]);
+    let rootfs = sandbox.rootfs();
+    fs::remove_dir_all(&rootfs).unwrap();
+    fs::create_dir_all(&rootfs).unwrap();
+    fs::write(rootfs.join("pause"), b"").unwrap();
+    sandbox.add_ro_bind(&pause_bin, "/pause");
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pause_pid = client
+            .create_container(pod.create_request(&sandbox))
+            .await
+            .unwrap();
+        pod.track(pause_pid);
+        client.start(&sandbox.id).await.unwrap();
+
+        // The init exits at once; its background child stays, in the container's cgroup.
+        let mut worker = pod.bundle("worker", &["sh", "-c", "sleep 1000 & exit 0"]);
+        worker.join_pid_ns(pause_pid);
+        let pid = client
+            .create_container(pod.create_request(&worker))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&worker.id).await.unwrap();
+        client
+            .wait(&worker.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        let procs = std::path::Path::new("/sys/fs/cgroup/pids")
+            .join(common::CGROUP_PARENT)
+            .join(&worker.id)
+            .join("cgroup.procs");
+        let left: Vec<i32> = fs::read_to_string(&procs)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+        for p in &left {
+            pod.track(*p);
+        }
+        client.kill(&worker.id, libc::SIGKILL, true).await.unwrap();
+        assert!(wait_for(Duration::from_secs(5), || !alive(left[0])));
+        client.delete(&worker.id, false).await.unwrap();
+        let rel = format!("{}/{}", common::CGROUP_PARENT, worker.id);
+        assert_eq!(
+            common::existing_cgroups(&rel),
+            Vec::<std::path::PathBuf>::new()
+        );
+        client.delete(&sandbox.id, true).await.unwrap();
+    });
 }

@@ -15,10 +15,19 @@ use crius_shim::libct::{self, InitStdio};
 
 fn main() {
     // Rust's runtime ignores SIGPIPE before main; the container processes libcontainer clones
-    // from here (exec processes in particular) would inherit that. A container's program
-    // expects the default: die on a write to a closed pipe.
-    // SAFETY: restoring a default disposition installs no handler code.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    // from here (exec processes in particular) would inherit that, and a container's program
+    // expects the default: die on a write to a closed pipe. The default would kill the helper
+    // itself, though, when libcontainer writes the state to a hook that exited without
+    // reading it (a poststart or poststop hook like `echo done > file`). A handler that does
+    // nothing serves both: here the write fails with EPIPE, which libcontainer expects, and
+    // exec resets a handled signal to the default in the container.
+    // SAFETY: the handler does nothing, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGPIPE,
+            ignore_sigpipe as *const () as libc::sighandler_t,
+        )
+    };
     if fd_is_open(LOG_FD) {
         // SAFETY: the shim placed its log file on LOG_FD for us; nothing else owns it.
         crius_shim::shim_log::init(unsafe { File::from_raw_fd(LOG_FD) });
@@ -43,6 +52,8 @@ fn main() {
     };
     std::process::exit(code);
 }
+
+extern "C" fn ignore_sigpipe(_: libc::c_int) {}
 
 fn fd_is_open(fd: RawFd) -> bool {
     // SAFETY: F_GETFD only queries the descriptor's flags.

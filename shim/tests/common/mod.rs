@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use crius_api::shim::{Client, CreateContainer};
 use oci_spec::runtime::{
-    LinuxNamespaceBuilder, LinuxNamespaceType, MountBuilder, ProcessBuilder, RootBuilder, Spec,
+    HookBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, MountBuilder, ProcessBuilder,
+    RootBuilder, Spec,
 };
 
 pub const SHIM: &str = env!("CARGO_BIN_EXE_crius-shim");
@@ -337,6 +338,23 @@ impl Bundle {
         self.save();
     }
 
+    /// Add a `poststart` or `poststop` hook running `sh -c <script>` in the runtime namespace.
+    pub fn add_hook(&mut self, kind: &str, script: &str) {
+        let hook = HookBuilder::default()
+            .path("/bin/sh")
+            .args(vec!["sh".to_string(), "-c".to_string(), script.to_string()])
+            .build()
+            .unwrap();
+        let mut hooks = self.spec.hooks().clone().unwrap_or_default();
+        match kind {
+            "poststart" => hooks.set_poststart(Some(vec![hook])),
+            "poststop" => hooks.set_poststop(Some(vec![hook])),
+            other => panic!("no {other} hooks in these tests"),
+        };
+        self.spec.set_hooks(Some(hooks));
+        self.save();
+    }
+
     /// Limit memory (bytes).
     pub fn set_memory_limit(&mut self, bytes: i64) {
         let mut linux = self.spec.linux().clone().unwrap();
@@ -351,6 +369,55 @@ impl Bundle {
         self.spec.set_linux(Some(linux));
         self.save();
     }
+}
+
+/// A `--helper` for a shim that notes each operation it is run for, then runs the real
+/// `crius-shim-helper` (with the descriptors the shim gave it).
+pub struct RecordingHelper {
+    dir: tempfile::TempDir,
+}
+
+impl RecordingHelper {
+    pub fn new() -> RecordingHelper {
+        let dir = tempfile::Builder::new()
+            .prefix("crius-shim-helper-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let real = Path::new(SHIM).with_file_name("crius-shim-helper");
+        let script = format!(
+            "#!/bin/sh\necho \"$1\" >> '{}'\nexec '{}' \"$@\"\n",
+            dir.path().join("ops").display(),
+            real.display()
+        );
+        let path = dir.path().join("helper");
+        fs::write(&path, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        RecordingHelper { dir }
+    }
+
+    /// The script, for `--helper`.
+    pub fn path(&self) -> String {
+        self.dir
+            .path()
+            .join("helper")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// The operations run so far, in order.
+    pub fn ops(&self) -> Vec<String> {
+        fs::read_to_string(self.dir.path().join("ops"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The directories of cgroup `rel` (e.g. `crius-test/x`) that exist in any hierarchy.
+pub fn existing_cgroups(rel: &str) -> Vec<PathBuf> {
+    cgroup_dirs(rel)
 }
 
 /// CRI log lines as (stream, tag, content), checking the timestamp format on the way.

@@ -732,3 +732,46 @@ async fn lifecycle_edges() {
     }
     env.assert_no_leaks().await;
 }
+
+#[tokio::test]
+async fn long_and_unterminated_log_lines() {
+    let mut env = Env::with_image(29).await;
+    let pod_config = env.pod_config("long", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    // 40000 'a' and a newline on stdout, then "tail" with no newline at all on stderr.
+    let cmd = "head -c 40000 /dev/zero | tr '\\0' a; echo; printf tail >&2";
+    let c = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("long", &["sh", "-c", cmd]),
+        )
+        .await;
+    let s = env.wait_exited(&c, EXIT_LIMIT).await;
+    assert_eq!(s.exit_code, 0);
+    let log = env.log_dir("long").join("long.log");
+    let lines = env
+        .wait_log(&log, Duration::from_secs(10), |l| {
+            l.iter().any(|l| l.stream == "stderr")
+        })
+        .await;
+    let out: Vec<&common::LogLine> = lines.iter().filter(|l| l.stream == "stdout").collect();
+    assert!(
+        out.len() >= 3,
+        "a 40000-byte line is split: {} pieces",
+        out.len()
+    );
+    let (last, pieces) = out.split_last().unwrap();
+    assert!(
+        pieces.iter().all(|l| l.tag == "P"),
+        "pieces before the end are partial"
+    );
+    assert_eq!(last.tag, "F");
+    let joined: String = out.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(joined.len(), 40000);
+    assert!(joined.bytes().all(|b| b == b'a'));
+    // Output cut short by the exit still reaches the log, whole.
+    assert_eq!(texts(&lines, "stderr").concat(), "tail");
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -49,6 +49,17 @@ async fn crius_killed_while_pods_run() {
             env.container_config("exiter", &["sh", "-c", exiter_cmd]),
         )
         .await;
+    // Runs out of its 32 MiB once /tmp/go exists.
+    let hog_cmd = "while [ ! -e /tmp/go ]; do sleep 0.05; done; x=0123456789abcdef; while true; do x=$x$x; done";
+    let mut hog = env.container_config("hog", &["sh", "-c", hog_cmd]);
+    hog.linux = Some(LinuxContainerConfig {
+        resources: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 32 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let hog = env.create_start(&pod, &pod_config, hog).await;
     let done = env
         .create_start(&pod, &pod_config, env.container_config("done", &["true"]))
         .await;
@@ -68,23 +79,26 @@ async fn crius_killed_while_pods_run() {
 
     let ticker_pid = env.pid(&ticker).await;
     let exiter_pid = env.pid(&exiter).await;
+    let hog_pid = env.pid(&hog).await;
     let log = env.log_dir("survivor").join("ticker.log");
     env.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
         .await;
 
     env.crius.kill9().unwrap();
     let before = ticks(&log).len();
-    let go = env
-        .crius
-        .state()
-        .join("containers")
-        .join(&exiter)
-        .join("rootfs/tmp/go");
-    std::fs::write(&go, "").unwrap();
+    for id in [&exiter, &hog] {
+        let go = env
+            .crius
+            .state()
+            .join("containers")
+            .join(id)
+            .join("rootfs/tmp/go");
+        std::fs::write(&go, "").unwrap();
+    }
     wait_for(
-        "the exiter to exit while crius is down",
-        Duration::from_secs(10),
-        || async { (!alive(exiter_pid)).then_some(()) },
+        "the exiter and the hog to end while crius is down",
+        Duration::from_secs(30),
+        || async { (!alive(exiter_pid) && !alive(hog_pid)).then_some(()) },
     )
     .await;
     // The ticker keeps logging while nobody watches.
@@ -112,6 +126,12 @@ async fn crius_killed_while_pods_run() {
     assert!(alive(ticker_pid));
     let s = env.wait_exited(&exiter, Duration::from_secs(10)).await;
     assert_eq!((s.exit_code, s.reason.as_str()), (5, "Error"), "{s:?}");
+    let s = env.wait_exited(&hog, Duration::from_secs(10)).await;
+    assert_eq!(
+        (s.exit_code, s.reason.as_str()),
+        (137, "OOMKilled"),
+        "{s:?}"
+    );
     let s = env.status(&done).await;
     assert_eq!(s.state, ContainerState::ContainerExited as i32);
     assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"));
@@ -119,7 +139,7 @@ async fn crius_killed_while_pods_run() {
     assert_eq!(s.state, ContainerState::ContainerCreated as i32, "{s:?}");
     assert_eq!(
         env.list_containers(ContainerFilter::default()).await.len(),
-        4
+        5
     );
 
     // The shim is reachable again: exec, stop, start the created one.

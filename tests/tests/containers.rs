@@ -775,3 +775,76 @@ async fn long_and_unterminated_log_lines() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_stop_and_remove() {
+    let mut env = Env::with_image(30).await;
+    let pod_config = env.pod_config("racy", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let cmd = "trap '' TERM USR1; while true; do sleep 0.1; done";
+        let id = env
+            .create_start(
+                &pod,
+                &pod_config,
+                env.container_config(&format!("c{i}"), &["sh", "-c", cmd]),
+            )
+            .await;
+        ids.push(id);
+    }
+    let created = env
+        .create(
+            &pod,
+            &pod_config,
+            env.container_config("created", &["true"]),
+        )
+        .await;
+    ids.push(created);
+
+    // Everything at once: per-container stop and remove, and the pod's stop and remove.
+    let mut calls = Vec::new();
+    for container in &ids {
+        let (mut rt, id) = (env.rt(), container.clone());
+        calls.push(tokio::spawn(async move {
+            rt.stop_container(StopContainerRequest {
+                container_id: id.clone(),
+                timeout: 1,
+            })
+            .await
+            .map(|_| ())?;
+            rt.remove_container(RemoveContainerRequest { container_id: id })
+                .await
+                .map(|_| ())
+        }));
+        let (mut rt, id) = (env.rt(), container.clone());
+        calls.push(tokio::spawn(async move {
+            rt.remove_container(RemoveContainerRequest { container_id: id })
+                .await
+                .map(|_| ())
+        }));
+    }
+    for _ in 0..2 {
+        let (mut rt, pod) = (env.rt(), pod.clone());
+        calls.push(tokio::spawn(async move {
+            rt.stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: pod.clone(),
+            })
+            .await
+            .map(|_| ())?;
+            rt.remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: pod,
+            })
+            .await
+            .map(|_| ())
+        }));
+    }
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    assert!(env
+        .list_containers(ContainerFilter::default())
+        .await
+        .is_empty());
+    env.assert_no_leaks().await;
+}

@@ -327,7 +327,10 @@ impl Daemon {
         if stopped_cleanly {
             return Ok(());
         }
+        // Each under its own lock (pod lock first, then container's, the one order used), so
+        // a concurrent StopContainer or RemoveContainer finishes before this looks.
         for c in self.containers_of(id) {
+            let _lock = self.locks.lock(&c.id).await;
             self.stop_container_by_id(&c.id, 0).await?;
         }
         if let Ok(shim) = self.shims.get(id).await {
@@ -400,6 +403,7 @@ impl Daemon {
             tracing::warn!(pod = id, "stop during teardown: {e}");
         }
         for c in self.containers_of(id) {
+            let _lock = self.locks.lock(&c.id).await;
             self.remove_container_by_id(&c.id).await?;
         }
         if let Ok(shim) = self.shims.get(id).await {

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_status, texts, Env};
+use common::{assert_status, texts, wait_for, Env};
 use crius_api::v1::*;
 use tonic::Code;
 
@@ -846,5 +846,49 @@ async fn concurrent_stop_and_remove() {
         .list_containers(ContainerFilter::default())
         .await
         .is_empty());
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn exec_ends_with_its_container() {
+    let mut env = Env::with_image(31).await;
+    let pod_config = env.pod_config("exec-stop", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let c = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("target", &["sleep", "1000"]),
+        )
+        .await;
+    let mut rt = env.rt();
+    let id = c.clone();
+    let exec = tokio::spawn(async move {
+        rt.exec_sync(ExecSyncRequest {
+            container_id: id,
+            cmd: vec!["sleep".into(), "60".into()],
+            timeout: 60,
+        })
+        .await
+    });
+    // The exec runs once the pod has four processes: shim, pause, the container, the exec.
+    wait_for("the exec to run", Duration::from_secs(10), || async {
+        (common::processes_of_pod(&pod).len() >= 4).then_some(())
+    })
+    .await;
+    let begin = Instant::now();
+    env.stop(&c, 0).await;
+    // The exec's process is in the container's cgroup and dies with it: ExecSync returns long
+    // before its 60 s.
+    let out = tokio::time::timeout(Duration::from_secs(10), exec)
+        .await
+        .expect("ExecSync still running 10 s after its container was stopped")
+        .unwrap();
+    match out {
+        Ok(r) => assert_ne!(r.into_inner().exit_code, 0),
+        Err(s) => assert_ne!(s.code(), Code::Ok),
+    }
+    assert!(begin.elapsed() < Duration::from_secs(10));
+    env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }

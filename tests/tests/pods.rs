@@ -540,3 +540,99 @@ where
     }
     out
 }
+
+#[tokio::test]
+async fn failed_network_setup_is_undone() {
+    // The bridge's ADD succeeds (an address is taken), then tuning's fails on a sysctl that does
+    // not exist: RunPodSandbox must give the address back.
+    network_failure_is_undone(
+        16,
+        r#"{ "type": "tuning", "sysctl": { "net.ipv4.conf.eth0.crius_e2e_no_such": "1" } }"#,
+        "tuning",
+    )
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "crius-cni bug: DEL of the chain stops at the missing plugin, so the bridge never \
+            releases the address (host-local keeps it)"]
+async fn failed_network_setup_with_a_missing_plugin_is_undone() {
+    network_failure_is_undone(
+        17,
+        r#"{ "type": "crius-e2e-no-such-plugin" }"#,
+        "crius-e2e-no-such-plugin",
+    )
+    .await;
+}
+
+/// Appends `plugin` to the test network's chain, checks RunPodSandbox fails naming
+/// `plugin_name` and leaves nothing (no pod, no address, no state), then repairs the config and
+/// runs the same pod.
+async fn network_failure_is_undone(n: u8, plugin: &str, plugin_name: &str) {
+    let mut env = Env::new(n).await;
+    let good = env.bridge_conflist();
+    let broken = good.replacen("\n  ]\n}", &format!(",\n    {plugin}\n  ]\n}}"), 1);
+    assert_ne!(broken, good);
+    env.write_cni_config(&broken);
+    let config = env.pod_config("netfail", false);
+    let failed = wait_for_error(&env, &config).await;
+    assert!(failed.message().contains(plugin_name), "{failed:?}");
+    assert!(env.list_pods(PodSandboxFilter::default()).await.is_empty());
+    assert!(env.allocated_ips().is_empty(), "{:?}", env.allocated_ips());
+    let state = env.crius.state();
+    for dir in ["pods", "netns", "shims"] {
+        let left: Vec<_> = std::fs::read_dir(state.join(dir))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{dir} left: {left:?}");
+    }
+    // With the config repaired the same pod (same name) starts.
+    env.write_cni_config(&good);
+    let pod = common::wait_for("the repaired network", Duration::from_secs(10), || {
+        let mut rt = env.rt();
+        let config = config.clone();
+        async move {
+            rt.run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await
+            .ok()
+            .map(|r| r.into_inner().pod_sandbox_id)
+        }
+    })
+    .await;
+    env.pods.push(pod.clone());
+    let ip = env.pod_status(&pod).await.network.unwrap().ip;
+    assert!(ip.starts_with(&env.subnet_prefix()), "{ip}");
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+/// RunPodSandbox until it fails (the config change is picked up asynchronously); a pod that
+/// starts meanwhile is removed again.
+async fn wait_for_error(env: &Env, config: &PodSandboxConfig) -> tonic::Status {
+    common::wait_for("RunPodSandbox to fail", Duration::from_secs(10), || {
+        let mut rt = env.rt();
+        let config = config.clone();
+        async move {
+            match rt
+                .run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(config),
+                    runtime_handler: String::new(),
+                })
+                .await
+            {
+                Err(s) => Some(s),
+                Ok(r) => {
+                    let id = r.into_inner().pod_sandbox_id;
+                    rt.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
+                        .await
+                        .unwrap();
+                    None
+                }
+            }
+        }
+    })
+    .await
+}

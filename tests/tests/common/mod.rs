@@ -32,6 +32,36 @@ use tonic::Code;
 /// Where Debian's CNI plugins are.
 pub const CNI_BIN: &str = "/usr/lib/cni";
 
+/// The file name of the test network's config in its conf dir.
+const CONFLIST: &str = "10-crius-e2e.conflist";
+
+/// The bridge network of test `n`: bridge `crius-e2e<n>`, subnet `10.88.<n>.0/24`, no masquerade
+/// rule, host-local's store in `ipam_dir`.
+fn bridge_conflist(n: u8, ipam_dir: &Path) -> String {
+    format!(
+        r#"{{
+  "cniVersion": "1.0.0",
+  "name": "crius-e2e{n}",
+  "plugins": [
+    {{
+      "type": "bridge",
+      "bridge": "crius-e2e{n}",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {{
+        "type": "host-local",
+        "ranges": [[{{"subnet": "10.88.{n}.0/24"}}]],
+        "routes": [{{"dst": "0.0.0.0/0"}}],
+        "dataDir": "{ipam}"
+      }}
+    }}
+  ]
+}}"#,
+        ipam = ipam_dir.display()
+    )
+}
+
 /// One isolated crius with a registry, a pulled busybox image and a private bridge network.
 pub struct Env {
     pub crius: Crius,
@@ -77,29 +107,8 @@ impl Env {
         std::fs::create_dir_all(&conf_dir).unwrap();
         std::fs::create_dir_all(hosts_dir.join("docker.io")).unwrap();
         std::fs::write(
-            conf_dir.join("10-crius-e2e.conflist"),
-            format!(
-                r#"{{
-  "cniVersion": "1.0.0",
-  "name": "crius-e2e{n}",
-  "plugins": [
-    {{
-      "type": "bridge",
-      "bridge": "{bridge}",
-      "isGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {{
-        "type": "host-local",
-        "ranges": [[{{"subnet": "10.88.{n}.0/24"}}]],
-        "routes": [{{"dst": "0.0.0.0/0"}}],
-        "dataDir": "{ipam}"
-      }}
-    }}
-  ]
-}}"#,
-                ipam = net.join("ipam").display()
-            ),
+            conf_dir.join(CONFLIST),
+            bridge_conflist(n, &net.join("ipam")),
         )
         .unwrap();
         // The local registry is both mirror and origin: a pull never leaves the machine.
@@ -456,6 +465,19 @@ impl Env {
         assert!(containers.is_empty(), "container dirs left: {containers:?}");
         let ips = self.allocated_ips();
         assert!(ips.is_empty(), "IPs still allocated: {ips:?}");
+    }
+
+    /// Replaces the test's CNI config (crius reloads it when the directory changes).
+    pub fn write_cni_config(&self, conflist: &str) {
+        let dir = self.net.join("net.d");
+        let tmp = dir.join(".conflist.tmp");
+        std::fs::write(&tmp, conflist).unwrap();
+        std::fs::rename(&tmp, dir.join(CONFLIST)).unwrap();
+    }
+
+    /// The test's own bridge config, as [`Env::new`] wrote it.
+    pub fn bridge_conflist(&self) -> String {
+        bridge_conflist(self.n, &self.net.join("ipam"))
     }
 
     /// Addresses host-local holds for this test's network.

@@ -467,3 +467,64 @@ async fn crius_killed_during_stop_container() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+#[tokio::test]
+async fn network_left_by_a_failed_start_is_released_after_restart() {
+    let mut env = Env::new(46).await;
+    // A plugin after the bridge whose ADD fails and whose DEL fails until the file `del-ok`
+    // exists: the failed RunPodSandbox cannot release its address at once.
+    let del_ok = env.net_path("del-ok");
+    env.script_plugin(
+        "crius-e2e-flaky",
+        &format!(
+            "cat >/dev/null\ncase \"$CNI_COMMAND\" in\n\
+             ADD) echo '{{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"crius-e2e flaky add\"}}'; exit 1 ;;\n\
+             DEL) [ -e {del_ok} ] && exit 0\n\
+             echo '{{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"crius-e2e flaky del\"}}'; exit 1 ;;\n\
+             esac\nexit 0",
+            del_ok = del_ok.display()
+        ),
+    );
+    let flaky = env.bridge_conflist().replacen(
+        "\n  ]\n}",
+        ",\n    { \"type\": \"crius-e2e-flaky\" }\n  ]\n}",
+        1,
+    );
+    env.write_cni_config(&flaky);
+    let config = env.pod_config("leaky", false);
+    let failed = wait_for(
+        "RunPodSandbox to fail in the flaky plugin",
+        Duration::from_secs(10),
+        || {
+            let mut rt = env.rt();
+            let config = config.clone();
+            async move {
+                rt.run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(config),
+                    runtime_handler: String::new(),
+                })
+                .await
+                .err()
+            }
+        },
+    )
+    .await;
+    assert!(failed.message().contains("flaky add"), "{failed:?}");
+    assert!(env.list_pods(PodSandboxFilter::default()).await.is_empty());
+    // Nothing else of the pod is left.
+    assert!(common::mounts_under(env.crius.dir()).is_empty());
+    // The address is still held: the undo's DEL failed.
+    assert_eq!(env.allocated_ips().len(), 1, "{:?}", env.allocated_ips());
+
+    // Once DEL can succeed, the next start of crius releases it.
+    std::fs::write(&del_ok, "").unwrap();
+    env.crius.restart().await.unwrap();
+    wait_for(
+        "the address to be released",
+        Duration::from_secs(20),
+        || async { env.allocated_ips().is_empty().then_some(()) },
+    )
+    .await;
+    env.write_cni_config(&env.bridge_conflist());
+    env.assert_no_leaks().await;
+}

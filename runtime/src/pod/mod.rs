@@ -410,7 +410,13 @@ impl Daemon {
             let _ = shim.delete(id, true).await;
         }
         self.shims.shutdown(id).await?;
+        // Still pinned only when releasing the network failed on a forced teardown: the CNI
+        // cache keeps what DEL needs (a retry works without the netns), the pin must go with
+        // the pod.
         let paths = PodPaths::new(&self.config.state, id);
+        if !record.host_network {
+            crius_cni::netns::remove(&paths.netns_dir.join(id))?;
+        }
         mounts::unmount(&paths.shm)?;
         match std::fs::remove_dir_all(&paths.dir) {
             Ok(()) => {}
@@ -478,6 +484,15 @@ impl Daemon {
                 SandboxState::NotReady => {}
             }
         }
+        // Attachments the CNI cache still holds for pods crius no longer has (a failed start
+        // whose undo could not release its network) get their DEL retried.
+        let daemon = Arc::clone(self);
+        tokio::spawn(async move {
+            let valid = daemon.sandboxes.all().into_iter().map(|r| r.id).collect();
+            if let Err(e) = daemon.network.gc(&valid).await {
+                tracing::warn!("CNI garbage collection: {}", crate::error::chain(&e));
+            }
+        });
     }
 
     /// Follows a ready pod's pause process: when it exits, or the pod's shim dies, the pod is

@@ -105,6 +105,7 @@ impl Env {
         let conf_dir = net.join("net.d");
         let hosts_dir = net.join("certs.d");
         std::fs::create_dir_all(&conf_dir).unwrap();
+        std::fs::create_dir_all(net.join("bin")).unwrap();
         std::fs::create_dir_all(hosts_dir.join("docker.io")).unwrap();
         std::fs::write(
             conf_dir.join(CONFLIST),
@@ -121,9 +122,10 @@ impl Env {
         )
         .unwrap();
         let config = format!(
-            "[cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{CNI_BIN}\"]\nplugin_timeout_secs = 20\n\n\
+            "[cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{}\", \"{CNI_BIN}\"]\nplugin_timeout_secs = 20\n\n\
              [registry]\nconfig_path = \"{}\"\n",
             conf_dir.display(),
+            net.join("bin").display(),
             hosts_dir.display()
         );
         let crius = Crius::start(&config).await.unwrap();
@@ -473,6 +475,20 @@ impl Env {
         let tmp = dir.join(".conflist.tmp");
         std::fs::write(&tmp, conflist).unwrap();
         std::fs::rename(&tmp, dir.join(CONFLIST)).unwrap();
+    }
+
+    /// Writes an executable CNI plugin script `name` into the test's plugin dir (searched
+    /// before Debian's).
+    pub fn script_plugin(&self, name: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.net.join("bin").join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// A path in the test's network dir (for files a script plugin looks at).
+    pub fn net_path(&self, rel: &str) -> PathBuf {
+        self.net.join(rel)
     }
 
     /// The test's own bridge config, as [`Env::new`] wrote it.

@@ -528,3 +528,82 @@ async fn network_left_by_a_failed_start_is_released_after_restart() {
     env.write_cni_config(&env.bridge_conflist());
     env.assert_no_leaks().await;
 }
+
+#[tokio::test]
+async fn crius_killed_during_remove_pod_sandbox() {
+    let mut env = Env::with_image(47).await;
+    // Kill crius at different moments of a RemovePodSandbox; whatever it had done, a second
+    // RemovePodSandbox after the restart finishes the job and leaves nothing.
+    for (round, delay_ms) in [0u64, 15, 30, 60, 120].into_iter().enumerate() {
+        let pod_config = env.pod_config(&format!("removing-{round}"), false);
+        let pod = env.run_pod(pod_config.clone()).await;
+        for name in ["a", "b"] {
+            env.create_start(
+                &pod,
+                &pod_config,
+                env.container_config(name, &["sleep", "1000"]),
+            )
+            .await;
+        }
+        let mut rt = env.rt();
+        let id = pod.clone();
+        let call = tokio::spawn(async move {
+            rt.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        env.crius.kill9().unwrap();
+        let _ = call.await.unwrap();
+        env.crius.restart().await.unwrap();
+        env.remove_pod(&pod).await;
+        env.assert_pod_gone(&pod).await;
+        assert!(env.allocated_ips().is_empty(), "{:?}", env.allocated_ips());
+    }
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn pause_killed() {
+    let mut env = Env::with_image(48).await;
+    let pod_config = env.pod_config("pauseless", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let c = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("c", &["sleep", "1000"]),
+        )
+        .await;
+    let info: serde_json::Value = serde_json::from_str(
+        env.rt()
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: pod.clone(),
+                verbose: true,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .info
+            .get("info")
+            .unwrap(),
+    )
+    .unwrap();
+    let pause = info["pid"].as_i64().expect("pause pid in verbose info") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pause), nix::sys::signal::SIGKILL).unwrap();
+    // PID 1 of the pod's PID namespace is gone: so is everything in it, and the pod is not
+    // ready any more.
+    let s = env.wait_exited(&c, Duration::from_secs(10)).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (137, "Error"), "{s:?}");
+    wait_for(
+        "the pod to be not ready",
+        Duration::from_secs(10),
+        || async {
+            (env.pod_status(&pod).await.state == PodSandboxState::SandboxNotready as i32)
+                .then_some(())
+        },
+    )
+    .await;
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -18,7 +18,19 @@ async fn pod_lifecycle_on_the_host_network() {
     let config = env.pod_config("lifecycle", true);
     let id = env.run_pod(config.clone()).await;
     let other_config = env.pod_config("other", true);
-    let other = env.run_pod(other_config).await;
+    // The runtime handler crius answers to by name.
+    let other = env
+        .rt()
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(other_config),
+            runtime_handler: "crius".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    env.pods.push(other.clone());
+    assert_eq!(env.pod_status(&other).await.runtime_handler, "crius");
 
     let status = env.pod_status(&id).await;
     assert_eq!(status.id, id);
@@ -55,6 +67,20 @@ async fn pod_lifecycle_on_the_host_network() {
         })
         .await;
     assert_eq!(ids(by_label), vec![id.clone()]);
+    // StreamPodSandboxes answers what ListPodSandbox does.
+    let mut stream = env
+        .rt()
+        .stream_pod_sandboxes(StreamPodSandboxesRequest {
+            filter: Some(PodSandboxFilter {
+                id: id.clone(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().expect("one message");
+    assert_eq!(ids(first.pod_sandboxes), vec![id.clone()]);
     let no_label = env
         .list_pods(PodSandboxFilter {
             label_selector: [("pod".to_string(), "nope".to_string())].into(),

@@ -339,10 +339,19 @@ impl Daemon {
                 let _ = shim.wait(id, Some(Duration::from_secs(5))).await;
             }
         }
-        // Whatever is still in the pod's cgroup has no shim to stop it (the shim died and its
-        // processes went to init): kill it there.
-        if !reap::empty_cgroup_tree(&record.cgroup, Duration::from_secs(5)).await {
-            tracing::warn!(pod = id, cgroup = %record.cgroup, "processes survive SIGKILL in the pod cgroup");
+        // Whatever is still in the cgroups of the pod's containers and pause has no shim to
+        // stop it (the shim died and its processes went to init): kill it there. Only those
+        // cgroups, not the whole pod cgroup: a client may (wrongly) give two pods one parent.
+        let mut leftovers: Vec<String> = self
+            .containers_of(id)
+            .iter()
+            .map(|c| cgroups::container_cgroup(&record.cgroup, &c.id))
+            .collect();
+        leftovers.push(cgroups::container_cgroup(&record.cgroup, id));
+        for cgroup in &leftovers {
+            if !reap::empty_cgroup_tree(cgroup, Duration::from_secs(5)).await {
+                tracing::warn!(pod = id, cgroup = %cgroup, "processes survive SIGKILL");
+            }
         }
         self.release_network(&record).await?;
         mounts::unmount(&PodPaths::new(&self.config.state, id).shm)?;

@@ -372,7 +372,10 @@ async fn dual_stack_lists_ipv4_first() {
     let ips = r.pod_ips();
     assert_eq!(ips.len(), 2, "{r:?}");
     assert!(ips[0].is_ipv4() && ips[1].is_ipv6(), "{ips:?}");
-    assert!(ips[1].to_string().starts_with("fd63:7269:7573:207:"), "{ips:?}");
+    assert!(
+        ips[1].to_string().starts_with("fd63:7269:7573:207:"),
+        "{ips:?}"
+    );
     assert!(ping(ips[0]));
     assert_eq!(t.allocated_ips().len(), 2);
     t.network.teardown(&p.id).await.unwrap();

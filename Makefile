@@ -17,11 +17,13 @@ TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils op
 run: deps-run build-release
 	./target/release/crius
 
-test: deps-test build lint
+# Lint first: formatting fails in a second, before any build. The end-to-end tests run the
+# crius, crius-shim and crius-shim-helper binaries, so those are built before the tests run.
+test: deps-test lint build
 	$(CARGO) test --workspace --no-fail-fast
 
 build: check-rust
-	$(CARGO) build --workspace --all-targets
+	$(CARGO) build --workspace --bins
 
 build-release: check-rust
 	$(CARGO) build --release --workspace --bins

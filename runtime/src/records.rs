@@ -1,5 +1,7 @@
 //! Pod and container records: kept in memory for the many read calls kubelet makes, written
-//! through to the database before a change is acted on, and loaded from it at start.
+//! through to the database before a change is acted on, and loaded from it at start. Writes
+//! hold the map's lock across the database write, so the map and the database agree on the
+//! order of changes; a read waits at most for one database write in flight.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -45,24 +47,30 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
 
     /// Writes `value` durably, then makes it visible.
     pub fn put(&self, store: &Store, id: &str, value: T) -> Result<()> {
+        let mut map = self.write();
         store.put(self.table, id, &value)?;
-        self.write().insert(id.to_string(), value);
+        map.insert(id.to_string(), value);
         Ok(())
     }
 
     /// Applies `f` to the record of `id` (if any) and writes it back; returns the new value.
+    /// The map stays locked from the read to the write, so an update racing a `remove` cannot
+    /// bring the removed record back.
     pub fn update(&self, store: &Store, id: &str, f: impl FnOnce(&mut T)) -> Result<Option<T>> {
-        let Some(mut value) = self.get(id) else {
+        let mut map = self.write();
+        let Some(mut value) = map.get(id).cloned() else {
             return Ok(None);
         };
         f(&mut value);
-        self.put(store, id, value.clone())?;
+        store.put(self.table, id, &value)?;
+        map.insert(id.to_string(), value.clone());
         Ok(Some(value))
     }
 
     pub fn remove(&self, store: &Store, id: &str) -> Result<()> {
+        let mut map = self.write();
         store.delete(self.table, id)?;
-        self.write().remove(id);
+        map.remove(id);
         Ok(())
     }
 
@@ -89,5 +97,24 @@ pub mod b64 {
         base64::engine::general_purpose::STANDARD
             .decode(text)
             .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_of_a_removed_record_does_not_bring_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let records: Records<u32> = Records::load(&store, Table::Containers).unwrap();
+        records.put(&store, "a", 1).unwrap();
+        assert_eq!(records.update(&store, "a", |v| *v += 1).unwrap(), Some(2));
+        records.remove(&store, "a").unwrap();
+        assert_eq!(records.update(&store, "a", |v| *v += 1).unwrap(), None);
+        assert_eq!(records.get("a"), None);
+        let reloaded: Records<u32> = Records::load(&store, Table::Containers).unwrap();
+        assert_eq!(reloaded.get("a"), None);
     }
 }

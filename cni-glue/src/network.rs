@@ -354,13 +354,33 @@ impl Network {
             .result
             .as_ref()
             .filter(|_| list.version().has_check());
+        // Every plugin gets its DEL even when one before it fails: a chain whose ADD failed at
+        // a missing or broken plugin would otherwise never reach the IPAM plugin's DEL, and
+        // the pod's address would be held for good. The first error is returned (so the
+        // attachment stays recorded and is retried); the plugins that succeeded succeed again
+        // on the retry, as DEL must be idempotent.
+        let mut first_err = None;
         for plugin in list.plugins.iter().rev() {
             let stdin = request_config(&list, plugin, prev, Some(&record.capability_args), None);
-            self.exec
+            if let Err(e) = self
+                .exec
                 .run(&plugin.plugin_type, Command::Del, &params, &stdin)
-                .await?;
+                .await
+            {
+                // A plugin that is not installed cannot be asked to undo anything, now or on a
+                // retry: keeping the attachment for it would only keep retrying forever.
+                if matches!(e, Error::PluginNotFound { .. }) {
+                    tracing::warn!(plugin = %plugin.plugin_type, "DEL skipped: {e}");
+                    continue;
+                }
+                tracing::warn!(plugin = %plugin.plugin_type, "DEL failed, continuing with the rest of the chain: {e}");
+                first_err.get_or_insert(e);
+            }
         }
-        Ok(())
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// The recorded result of the pod network's ADD, if setup completed (useful after a daemon

@@ -580,8 +580,6 @@ async fn failed_network_setup_is_undone() {
 }
 
 #[tokio::test]
-#[ignore = "crius-cni bug: DEL of the chain stops at the missing plugin, so the bridge never \
-            releases the address (host-local keeps it)"]
 async fn failed_network_setup_with_a_missing_plugin_is_undone() {
     network_failure_is_undone(
         17,

@@ -587,7 +587,10 @@ impl Daemon {
                 c.id
             )));
         }
-        let spec = self.container_spec(&c.id)?;
+        // A container removed while this call ran has no bundle any more: say NotFound.
+        let spec = self
+            .container_spec(&c.id)
+            .or_else(|e| self.container(&c.id).and(Err(e)))?;
         let process = crate::spec::exec_process(&spec, &cmd, false)?;
         let shim = self.shims.get(&c.sandbox_id).await?;
         let outcome = shim

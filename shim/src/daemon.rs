@@ -203,10 +203,11 @@ fn setup(opts: &Options) -> Result<Shim, StartError> {
 /// that dies later leaves a complete file naming a dead pid, which crius checks
 /// (`/proc/<pid>/cmdline`) before trusting.
 fn write_pid_file(state: &Path) -> std::io::Result<()> {
-    let name = crius_api::shim::PID_FILE;
-    let tmp = state.join(format!(".{name}.tmp"));
-    fs::write(&tmp, std::process::id().to_string())?;
-    fs::rename(&tmp, state.join(name))
+    crate::exit_record::write_atomic(
+        state,
+        crius_api::shim::PID_FILE,
+        std::process::id().to_string().as_bytes(),
+    )
 }
 
 /// Point stdin, stdout and stderr at /dev/null: crius's pipes must close when the foreground

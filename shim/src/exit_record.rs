@@ -1,5 +1,12 @@
-//! Durable exit records: `containers/<id>/exit.json`, written so that a reader sees either no
-//! file or a complete one, even across a crash (temp file, fsync, rename, fsync of the directory).
+//! Exit records: `containers/<id>/exit.json`, written so that a reader sees either no file or
+//! a complete one (temp file, then rename), also when the shim dies half-way.
+//!
+//! They are not fsynced. A record has to outlive the shim and crius, both mere processes whose
+//! death leaves the page cache intact; only a machine crash loses unsynced data, and that
+//! ends every container and the records' purpose with them: the shim state lives under the
+//! runtime state directory (`/run/crius`, a tmpfs until reboot; containerd's shim keeps exit
+//! statuses in memory only). The two fsyncs (file, directory) cost 3 to 8 ms on the disk of
+//! the test machine, on the path of every StopContainer, which waits for the exit.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -13,15 +20,13 @@ pub fn write(dir: &Path, exit: &ExitInfo) -> io::Result<()> {
     write_atomic(dir, EXIT_FILE, &bytes)
 }
 
-/// Replace `<dir>/<name>` by `bytes` atomically and durably.
+/// Replace `<dir>/<name>` by `bytes` atomically (not durably: see the module documentation).
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let mut file = File::create(&tmp)?;
     file.write_all(bytes)?;
-    file.sync_all()?;
     drop(file);
-    fs::rename(&tmp, dir.join(name))?;
-    File::open(dir)?.sync_all()
+    fs::rename(&tmp, dir.join(name))
 }
 
 #[cfg(test)]

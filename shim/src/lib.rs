@@ -9,7 +9,8 @@
 //! running and logging while crius restarts.
 //!
 //! The long-lived `crius-shim` binary does not link libcontainer: creates and execs run in
-//! short-lived `crius-shim-helper` processes ([`helper`], [`libct`]). That keeps libcontainer's
+//! short-lived `crius-shim-helper` processes ([`helper`], [`libct`]; an exec joins the container
+//! itself, with its seccomp filter, see [`exec`]). That keeps libcontainer's
 //! side effects on its caller (working directory, dumpable flag, `oom_score_adj`) out of the
 //! shim and its large code and relocations out of the shim's resident memory. What needs no
 //! libcontainer code the shim does itself, saving a helper's exec on every pod and container
@@ -25,6 +26,7 @@
 pub mod cgroup;
 pub mod cri_log;
 pub mod daemon;
+pub mod exec;
 pub mod exit_record;
 pub mod helper;
 pub mod libct;

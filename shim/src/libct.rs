@@ -67,28 +67,6 @@ pub fn create(
     Ok((pid, master))
 }
 
-/// Start an exec process in a running container (in a helper): returns its pid once it
-/// has exec'd the command.
-pub fn exec(
-    id: &str,
-    root: &Path,
-    process_json: &Path,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
-) -> Result<(i32, Option<OwnedFd>), String> {
-    let pid = ContainerBuilder::new(id.to_owned(), SyscallType::default())
-        .with_root_path(root)
-        .map_err(|e| chain("libcontainer root", &e))?
-        .with_stdout(stdout)
-        .with_stderr(stderr)
-        .as_tenant()
-        .with_process(Some(process_json))
-        .with_detach(false)
-        .build()
-        .map_err(|e| chain("libcontainer exec", &e))?;
-    Ok((pid.as_raw(), None))
-}
-
 /// Let a created container's init exec the user process.
 pub fn start(root: &Path, id: &str) -> Result<(), String> {
     let mut container =

@@ -127,7 +127,9 @@ fn run(args: &[String]) -> Result<(i32, Option<OwnedFd>), String> {
             let process = a.process.ok_or("exec needs --process")?;
             let stdout = stdio(1).ok_or("exec needs a stdout fd")?;
             let stderr = stdio(2).ok_or("exec needs a stderr fd")?;
-            libct::exec(&a.id, &a.root, &process, stdout, stderr)
+            crius_shim::exec::exec(&a.root, &a.id, &process, stdout, stderr)
+                .map(|pid| (pid, None))
+                .map_err(|e| libct::chain("exec", &e))
         }
         "start" => libct::start(&a.root, &a.id).map(|()| (0, None)),
         "kill" => libct::kill_all(&a.root, &a.id, a.signal).map(|()| (0, None)),

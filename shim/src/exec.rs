@@ -87,6 +87,12 @@ pub enum ExecError {
     },
     #[error("{path}: {what}")]
     State { path: PathBuf, what: String },
+    #[error("load the container's spec {path}")]
+    Spec {
+        path: PathBuf,
+        #[source]
+        source: libcontainer::oci_spec::OciSpecError,
+    },
     #[error("container is {0}, not running")]
     NotRunning(String),
     #[error("exec process: {0}")]
@@ -162,9 +168,9 @@ pub fn exec(
 ) -> Result<i32> {
     let (init_pid, bundle) = read_state(&root.join(id))?;
     let spec_path = bundle.join("config.json");
-    let spec = Spec::load(&spec_path).map_err(|e| ExecError::State {
+    let spec = Spec::load(&spec_path).map_err(|source| ExecError::Spec {
         path: spec_path.clone(),
-        what: e.to_string(),
+        source,
     })?;
     let process = read_process(process_json)?;
     check_supported(&process)?;

@@ -1,6 +1,7 @@
 //! Figures for the benchmarks: shim RSS/PSS with one container, create+start latency,
 //! ExecSync `true` latency. Ignored by default (it takes a while and asserts only loosely);
-//! run with `cargo test -p crius-shim --release --test measure -- --ignored --nocapture`.
+//! run with `cargo test -p crius-shim --release --test measure -- --ignored --nocapture`
+//! (`CRIUS_SHIM_BIN=<dir>/crius-shim` measures another build, its helper next to it).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -47,7 +48,7 @@ fn footprint_and_latency() {
     summary("shim launch", launch);
 
     // Exec and initialisation of the helper binary alone: an operation it refuses at once.
-    let helper = std::path::Path::new(common::SHIM).with_file_name("crius-shim-helper");
+    let helper = common::shim_bin().with_file_name("crius-shim-helper");
     let mut noop = Vec::new();
     for _ in 0..30 {
         let t = Instant::now();

@@ -19,6 +19,12 @@ use oci_spec::runtime::{
 
 pub const SHIM: &str = env!("CARGO_BIN_EXE_crius-shim");
 
+/// The `crius-shim` pods run: `CRIUS_SHIM_BIN` if set (to compare two builds with
+/// `tests/measure.rs`), else this package's; its helper is the file next to it.
+pub fn shim_bin() -> PathBuf {
+    std::env::var_os("CRIUS_SHIM_BIN").map_or_else(|| PathBuf::from(SHIM), PathBuf::from)
+}
+
 /// Parent cgroup of every test container, as `/crius-test/<id>`.
 pub const CGROUP_PARENT: &str = "crius-test";
 
@@ -58,7 +64,7 @@ impl Pod {
             .tempdir_in("/tmp")
             .unwrap();
         let state = dir.path().join("shims").join(&id);
-        let out = Command::new(SHIM)
+        let out = Command::new(shim_bin())
             .args(["--id", &id, "--state-dir"])
             .arg(&state)
             .args(extra)
@@ -383,7 +389,7 @@ impl RecordingHelper {
             .prefix("crius-shim-helper-")
             .tempdir_in("/tmp")
             .unwrap();
-        let real = Path::new(SHIM).with_file_name("crius-shim-helper");
+        let real = shim_bin().with_file_name("crius-shim-helper");
         let script = format!(
             "#!/bin/sh\necho \"$1\" >> '{}'\nexec '{}' \"$@\"\n",
             dir.path().join("ops").display(),

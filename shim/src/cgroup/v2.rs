@@ -55,3 +55,40 @@ fn freeze(dir: &Path) -> Result<()> {
     write(&freeze_file, "0")?;
     Err(CgroupError::Busy(dir.to_path_buf()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigkill_goes_through_cgroup_kill() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("cgroup.kill"), "").unwrap();
+        fs::write(dir.path().join("cgroup.procs"), "4000000\n4000001\n").unwrap();
+        // Nothing is signalled by pid (those pids do not exist): the kernel file does it.
+        assert_eq!(kill_all(dir.path(), libc::SIGKILL).unwrap(), 2);
+        assert_eq!(
+            fs::read_to_string(dir.path().join("cgroup.kill")).unwrap(),
+            "1"
+        );
+    }
+
+    #[test]
+    fn other_signals_are_sent_frozen() {
+        // A fake cgroup whose events already say frozen.
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("cgroup.freeze"), "0").unwrap();
+        fs::write(dir.path().join("cgroup.events"), "populated 1\nfrozen 1\n").unwrap();
+        fs::write(
+            dir.path().join("cgroup.procs"),
+            format!("{}\n", std::process::id()),
+        )
+        .unwrap();
+        assert_eq!(kill_all(dir.path(), 0).unwrap(), 1);
+        assert_eq!(
+            fs::read_to_string(dir.path().join("cgroup.freeze")).unwrap(),
+            "0"
+        );
+        assert_eq!(kill_all(&dir.path().join("gone"), 0).unwrap(), 0);
+    }
+}

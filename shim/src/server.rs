@@ -293,7 +293,8 @@ impl Shim {
         let runc_root = cfg.state_dir.join("runc");
         fs::create_dir_all(&runc_root)?;
         fs::create_dir_all(cfg.state_dir.join("containers"))?;
-        fs::create_dir_all(cfg.state_dir.join("exec"))?;
+        // `exec/` is made by the first exec: most pods never exec, and a pod start pays for
+        // every directory made here.
         Ok(Self {
             cfg,
             runc_root,
@@ -1190,7 +1191,14 @@ impl Shim {
             .join("exec")
             .join(format!("{exec_id}.json"));
         let bytes = serde_json::to_vec(&process).map_err(|e| internal("encode process", &e))?;
-        fs::write(&process_file, bytes).map_err(|e| internal("write process file", &e))?;
+        let written = match fs::write(&process_file, &bytes) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(self.cfg.state_dir.join("exec"))
+                    .and_then(|()| fs::write(&process_file, &bytes))
+            }
+            other => other,
+        };
+        written.map_err(|e| internal("write process file", &e))?;
         let (out_r, out_w) = pipe().map_err(|e| internal("stdout pipe", &e))?;
         let (err_r, err_w) = pipe().map_err(|e| internal("stderr pipe", &e))?;
         set_nonblocking(out_r.as_raw_fd()).map_err(|e| internal("pipe", &e))?;

@@ -766,6 +766,11 @@ struct Daemon {
 impl Daemon {
     fn start(work: &TestDir, log: Option<&Path>) -> Result<Daemon> {
         let bin = crius_tests::binary("crius")?;
+        // The shim the bench measures is the one the daemon starts, so A/B runs of two shim
+        // builds work; made absolute, as the daemon resolves it itself.
+        let shim = crius_tests::binary("crius-shim")?;
+        let shim =
+            std::fs::canonicalize(&shim).map_err(|e| format!("resolve {}: {e}", shim.display()))?;
         let dir = work.join("crius");
         let conf_dir = work.join("net.d");
         let hosts = work.join("certs.d");
@@ -781,9 +786,11 @@ impl Daemon {
             &config,
             format!(
                 "log_level = \"info\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
-                 [cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{CNI_BIN}\"]\n",
+                 [cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{CNI_BIN}\"]\n\n\
+                 [runtime]\nshim_path = \"{}\"\n",
                 hosts.display(),
-                conf_dir.display()
+                conf_dir.display(),
+                shim.display()
             ),
         )?;
         let socket = dir.join("crius.sock");
@@ -804,7 +811,12 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .map_err(|e| format!("start {}: {e}", bin.display()))?;
-        println!("crius: {} (pid {})", bin.display(), child.id());
+        println!(
+            "crius: {} (pid {}), shim {}",
+            bin.display(),
+            child.id(),
+            shim.display()
+        );
         Ok(Daemon { child, socket })
     }
 

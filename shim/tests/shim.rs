@@ -432,18 +432,18 @@ fn shim_outlives_its_launcher_and_shutdown_removes_state() {
             .unwrap();
         pod.track(pid);
         client.start(&bundle.id).await.unwrap();
-        // The container is the shim's (re-parented) child, not ours.
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let parent: i32 = stat
-            .rsplit_once(") ")
-            .unwrap()
-            .1
-            .split(' ')
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert_eq!(parent, pod.shim_pid);
+        // The container is the shim's (re-parented) child, not ours: once the create helper
+        // that cloned it has exited, which may be a moment after the reply.
+        let parent_of = |pid: i32| -> i32 {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            let fields = stat.rsplit_once(") ").unwrap().1;
+            fields.split(' ').nth(1).unwrap().parse().unwrap()
+        };
+        let deadline = std::time::Instant::now() + ms(2000);
+        while parent_of(pid) != pod.shim_pid && std::time::Instant::now() < deadline {
+            std::thread::sleep(ms(10));
+        }
+        assert_eq!(parent_of(pid), pod.shim_pid);
 
         // Shutdown with a container left: the shim stays until the container is deleted.
         client.shutdown().await.unwrap();

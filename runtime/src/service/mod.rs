@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crius_api::v1::image_service_server::ImageService;
 use crius_api::v1::runtime_service_server::RuntimeService;
@@ -57,6 +57,12 @@ fn is_poll(method: &str) -> bool {
 
 /// Runs one RPC: a span with the method and the ids in the request, a log line with the
 /// outcome and duration, and the error mapped to a status by [`error::to_status`].
+///
+/// The handler runs as its own task, so a client that goes away (or whose deadline passes)
+/// never cuts an operation off half-way: a RunPodSandbox or CreateContainer always finishes or
+/// undoes itself. The client's deadline (`grpc-timeout`) is answered with DeadlineExceeded
+/// just before it passes, while the operation completes in the background; tonic would
+/// otherwise answer Cancelled when the deadline passes, which is not what CRI clients expect.
 pub async fn instrument<Req, Resp, Fut>(
     method: &'static str,
     request: Request<Req>,
@@ -64,13 +70,31 @@ pub async fn instrument<Req, Resp, Fut>(
 ) -> Result<Response<Resp>, Status>
 where
     Req: Ids,
-    Fut: Future<Output = error::Result<Resp>>,
+    Resp: Send + 'static,
+    Fut: Future<Output = error::Result<Resp>> + Send + 'static,
 {
+    let deadline = request
+        .metadata()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout)
+        .map(answer_before);
     let request = request.into_inner();
     let ids = request.ids();
     let span = tracing::info_span!("rpc", method, id = %ids);
     let start = Instant::now();
-    let result = handler(request).instrument(span.clone()).await;
+    let mut task = tokio::spawn(handler(request).instrument(span.clone()));
+    let joined = match deadline {
+        Some(limit) => match tokio::time::timeout(limit, &mut task).await {
+            Ok(joined) => joined,
+            Err(_) => Ok(Err(Error::DeadlineExceeded(format!(
+                "{method}: the client's deadline of {limit:?} passed; the operation goes on \
+                 and completes or undoes itself"
+            )))),
+        },
+        None => task.await,
+    };
+    let result = joined.unwrap_or_else(|e| Err(Error::internal(format!("{method} handler"), e)));
     let _enter = span.enter();
     let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
     match result {
@@ -98,6 +122,31 @@ where
     }
 }
 
+/// The `grpc-timeout` header: up to 8 digits and a unit (H, M, S, m, u, n).
+fn parse_grpc_timeout(v: &str) -> Option<Duration> {
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// How long to wait before answering DeadlineExceeded: a little less than the client's
+/// deadline, so the answer is ours and not the transport's.
+fn answer_before(timeout: Duration) -> Duration {
+    let margin = (timeout / 100).clamp(Duration::from_millis(1), Duration::from_millis(100));
+    timeout.saturating_sub(margin)
+}
+
 /// A server stream that sends one message and ends: the `Stream*` list RPCs answer a whole
 /// list in one message, as their unary twins do.
 pub fn one_message<T: Send + 'static>(msg: T) -> BoxStream<T> {
@@ -121,8 +170,11 @@ macro_rules! cri_service {
         impl $trait for CriService {
             $(
                 async fn $name(&self, request: Request<$req>) -> Result<Response<$resp>, Status> {
-                    let daemon = &self.daemon;
-                    instrument($method, request, |r| ($handler)(daemon, r)).await
+                    let daemon = Arc::clone(&self.daemon);
+                    instrument($method, request, move |r| async move {
+                        ($handler)(&daemon, r).await
+                    })
+                    .await
                 }
             )*
         }
@@ -217,5 +269,62 @@ cri_service! {
             => image::remove;
         image_fs_info("ImageFsInfo", ImageFsInfoRequest) -> ImageFsInfoResponse
             => image::fs_info;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse() {
+        assert_eq!(parse_grpc_timeout("1m"), Some(Duration::from_millis(1)));
+        assert_eq!(parse_grpc_timeout("120S"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_grpc_timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_grpc_timeout("999999n"),
+            Some(Duration::from_nanos(999_999))
+        );
+        assert_eq!(parse_grpc_timeout("m"), None);
+        assert_eq!(parse_grpc_timeout("123456789S"), None);
+        assert_eq!(parse_grpc_timeout("10x"), None);
+        assert_eq!(parse_grpc_timeout(""), None);
+    }
+
+    #[test]
+    fn answers_come_before_the_deadline() {
+        assert_eq!(answer_before(Duration::from_millis(1)), Duration::ZERO);
+        assert_eq!(
+            answer_before(Duration::from_secs(1)),
+            Duration::from_millis(990)
+        );
+        assert_eq!(
+            answer_before(Duration::from_secs(120)),
+            Duration::from_millis(119_900)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_passed_deadline_is_deadline_exceeded_and_the_work_still_finishes() {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&done);
+        let mut request = Request::new(VersionRequest::default());
+        request
+            .metadata_mut()
+            .insert("grpc-timeout", "50m".parse().unwrap());
+        let status = instrument("Version", request, move |_| async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(VersionResponse::default())
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(!done.load(std::sync::atomic::Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            done.load(std::sync::atomic::Ordering::SeqCst),
+            "the handler ran to completion"
+        );
     }
 }

@@ -141,9 +141,7 @@ fn matches(d: &Daemon, r: &ContainerRecord, config: &ContainerConfig, f: &Contai
         && f.state
             .as_ref()
             .is_none_or(|s| s.state == cri_state(r.state) as i32)
-        && f.label_selector
-            .iter()
-            .all(|(k, v)| config.labels.get(k) == Some(v))
+        && super::labels_match(&f.label_selector, &config.labels)
 }
 
 fn list_items(d: &Daemon, filter: Option<ContainerFilter>) -> Vec<Container> {

@@ -147,6 +147,15 @@ fn answer_before(timeout: Duration) -> Duration {
     timeout.saturating_sub(margin)
 }
 
+/// Whether `labels` hold every key of a CRI `label_selector` with the same value (the
+/// selector of every List* and stats filter).
+pub fn labels_match(
+    selector: &std::collections::HashMap<String, String>,
+    labels: &std::collections::HashMap<String, String>,
+) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
 /// A server stream that sends one message and ends: the `Stream*` list RPCs answer a whole
 /// list in one message, as their unary twins do.
 pub fn one_message<T: Send + 'static>(msg: T) -> BoxStream<T> {

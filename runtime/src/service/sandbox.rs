@@ -41,10 +41,6 @@ fn cri_state(s: SandboxState) -> PodSandboxState {
     }
 }
 
-fn sorted_map(m: &HashMap<String, String>) -> HashMap<String, String> {
-    m.clone()
-}
-
 pub async fn status(
     d: &Arc<Daemon>,
     req: PodSandboxStatusRequest,
@@ -72,8 +68,8 @@ pub async fn status(
                 }),
             }),
         }),
-        labels: sorted_map(&config.labels),
-        annotations: sorted_map(&config.annotations),
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
         runtime_handler: r.runtime_handler.clone(),
     };
     let mut info = HashMap::new();
@@ -109,9 +105,7 @@ fn matches(r: &SandboxRecord, config: &PodSandboxConfig, f: &PodSandboxFilter) -
         && f.state
             .as_ref()
             .is_none_or(|s| s.state == cri_state(r.state) as i32)
-        && f.label_selector
-            .iter()
-            .all(|(k, v)| config.labels.get(k) == Some(v))
+        && super::labels_match(&f.label_selector, &config.labels)
 }
 
 fn list_items(d: &Daemon, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {

@@ -118,12 +118,7 @@ fn list_container_stats(d: &Daemon, f: &ContainerStatsFilter) -> Vec<ContainerSt
                 .as_ref()
                 .is_none_or(|p| c.sandbox_id.starts_with(p))
         })
-        .filter(|c| {
-            let labels = c.config().labels;
-            f.label_selector
-                .iter()
-                .all(|(k, v)| labels.get(k) == Some(v))
-        })
+        .filter(|c| super::labels_match(&f.label_selector, &c.config().labels))
         .map(|c| container_stats(d, &c, pods.get(&c.sandbox_id)))
         .collect()
 }
@@ -135,12 +130,7 @@ fn list_pod_stats(d: &Daemon, f: &PodSandboxStatsFilter) -> Vec<PodSandboxStats>
         .into_iter()
         .filter(|p| p.state != SandboxState::Creating)
         .filter(|p| f.id.is_empty() || p.id.starts_with(&f.id))
-        .filter(|p| {
-            let labels = p.config().labels;
-            f.label_selector
-                .iter()
-                .all(|(k, v)| labels.get(k) == Some(v))
-        })
+        .filter(|p| super::labels_match(&f.label_selector, &p.config().labels))
         .map(|p| pod_stats(d, &p))
         .collect()
 }

@@ -173,6 +173,31 @@ impl Shims {
 
     /// The pid of the pod's shim from its pid file, if that process is alive and is this pod's
     /// shim (its command line names the pod's state dir: pids get reused).
+    /// Follows the init of `id` (a container, or the pause: the pod's own id) in pod
+    /// `pod_id`'s shim until it exits. `Some(Ok)` is its exit; `Some(Err(why))` means the shim
+    /// is gone and cannot say; `None` means `still_watched` turned false first (the object was
+    /// stopped or removed by someone else). A shim that lives but fails the call is asked
+    /// again a second later.
+    pub async fn follow_exit(
+        &self,
+        pod_id: &str,
+        id: &str,
+        still_watched: impl Fn() -> bool,
+    ) -> Option<std::result::Result<crius_api::shim::ExitInfo, String>> {
+        loop {
+            let waited = match self.get(pod_id).await {
+                Ok(shim) => shim.wait(id, None).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match waited {
+                Ok(exit) => return Some(Ok(exit)),
+                Err(_) if !still_watched() => return None,
+                Err(e) if self.running_pid(pod_id).is_none() => return Some(Err(e)),
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+    }
+
     pub fn running_pid(&self, pod_id: &str) -> Option<i32> {
         let dir = self.state_dir(pod_id);
         let pid = std::fs::read_to_string(dir.join(crius_api::shim::PID_FILE))

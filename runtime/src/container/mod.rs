@@ -388,31 +388,18 @@ impl Daemon {
     pub fn watch_exit(self: &Arc<Self>, pod_id: String, id: String) {
         let daemon = Arc::clone(self);
         tokio::spawn(async move {
-            loop {
-                let waited = match daemon.shims.get(&pod_id).await {
-                    Ok(shim) => shim.wait(&id, None).await.map_err(Error::from),
-                    Err(e) => Err(e),
-                };
-                match waited {
-                    Ok(exit) => {
-                        daemon.record_exit(&id, &exit);
-                        return;
-                    }
-                    Err(e) => {
-                        if daemon
-                            .containers
-                            .get(&id)
-                            .is_none_or(|c| c.state != ContainerState::Running)
-                        {
-                            return;
-                        }
-                        if daemon.settle_lost(&pod_id, &id, &e.to_string()) {
-                            return;
-                        }
-                        // The shim lives but the call failed: try again shortly.
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
+            let running = || {
+                daemon
+                    .containers
+                    .get(&id)
+                    .is_some_and(|c| c.state == ContainerState::Running)
+            };
+            match daemon.shims.follow_exit(&pod_id, &id, running).await {
+                Some(Ok(exit)) => daemon.record_exit(&id, &exit),
+                Some(Err(why)) => {
+                    daemon.settle_lost(&pod_id, &id, &why);
                 }
+                None => {}
             }
         });
     }

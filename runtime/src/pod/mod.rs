@@ -510,44 +510,26 @@ impl Daemon {
     pub fn watch_pod(self: &Arc<Self>, id: String) {
         let daemon = Arc::clone(self);
         tokio::spawn(async move {
-            loop {
-                let waited = match daemon.shims.get(&id).await {
-                    Ok(shim) => shim.wait(&id, None).await.map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                let why = match waited {
-                    Ok(exit) => format!("its pause process exited with {}", exit.exit_code),
-                    Err(e) if daemon.shims.running_pid(&id).is_none() => {
-                        format!("its shim is gone ({e})")
-                    }
-                    Err(_) => {
-                        if daemon
-                            .sandboxes
-                            .get(&id)
-                            .is_none_or(|r| r.state != SandboxState::Ready)
-                        {
-                            return;
-                        }
-                        // The shim lives but the call failed: try again shortly.
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
-                };
-                // Under the pod lock: a stop or removal in progress decides, not this watch.
-                let _lock = daemon.locks.lock(&id).await;
-                if daemon
+            let ready = || {
+                daemon
                     .sandboxes
                     .get(&id)
                     .is_some_and(|r| r.state == SandboxState::Ready)
-                {
-                    tracing::warn!(pod = %id, "pod is not ready: {why}");
-                    if let Err(e) = daemon.sandboxes.update(&daemon.store, &id, |r| {
-                        r.state = SandboxState::NotReady;
-                    }) {
-                        tracing::error!(pod = %id, "record pod not ready: {e}");
-                    }
+            };
+            let why = match daemon.shims.follow_exit(&id, &id, ready).await {
+                Some(Ok(exit)) => format!("its pause process exited with {}", exit.exit_code),
+                Some(Err(e)) => format!("its shim is gone ({e})"),
+                None => return,
+            };
+            // Under the pod lock: a stop or removal in progress decides, not this watch.
+            let _lock = daemon.locks.lock(&id).await;
+            if ready() {
+                tracing::warn!(pod = %id, "pod is not ready: {why}");
+                if let Err(e) = daemon.sandboxes.update(&daemon.store, &id, |r| {
+                    r.state = SandboxState::NotReady;
+                }) {
+                    tracing::error!(pod = %id, "record pod not ready: {e}");
                 }
-                return;
             }
         });
     }

@@ -413,11 +413,9 @@ impl Daemon {
             self.record_exit(id, &exit);
             return true;
         }
-        let shim_alive = std::fs::read_to_string(shim_dir.join(crius_api::shim::PID_FILE))
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .is_some_and(crate::shims::pid_alive);
-        if shim_alive {
+        // The same liveness test as everywhere else: the pid file's process, checked to be
+        // this pod's shim (a pid reused by another process does not count).
+        if self.shims.running_pid(pod_id).is_some() {
             return false;
         }
         // Without its shim nobody reaps or stops the container: its processes were reparented

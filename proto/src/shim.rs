@@ -35,7 +35,24 @@
 //! | `exec_sync` | [`ExecSync`] | `exec {..}` ([`ExecOutcome`]) when the process has exited or timed out |
 //! | `reopen_log` | `id` | `done` |
 //! | `wait` | `id` | `exited {..}` ([`ExitInfo`]) when the container's init has exited |
+//! | `exec_stream` | [`ExecStream`] | `streams {..}` ([`Streams`], with descriptors), later `process_exited {..}` |
+//! | `attach` | [`Attach`] | `streams {..}` ([`Streams`], with descriptors), later `process_exited {..}` |
 //! | `shutdown` | — | `done`; the shim exits and removes its state directory as soon as no container is left |
+//!
+//! # Streaming requests
+//!
+//! `exec_stream` and `attach` answer twice on their connection. The first answer, `streams`,
+//! carries the crius ends of the process's stdio as `SCM_RIGHTS` descriptors on the frame's
+//! first byte, in the order its `fds` lists them: a pipe to write stdin into, pipes to read
+//! stdout and stderr from, or one pty master for a terminal (read output, write input, and
+//! `TIOCSWINSZ` to resize). The second, `process_exited`, comes when the exec process (or the
+//! attached container's init) has exited; for an attach the output pipes are closed just
+//! before it. Closing the connection ends an attach session: the shim stops copying output
+//! into it, and for a `stdin_once` container that was attached with stdin it closes the
+//! container's stdin. An exec process whose connection closes runs on; its stdin and output
+//! are then closed ends. An attach sees the container's output from the moment it joins
+//! (the CRI log keeps being written); a reader too slow to keep its pipe from filling loses
+//! what does not fit.
 //!
 //! # Files in the shim's state directory
 //!
@@ -132,6 +149,11 @@ pub enum Op {
     Wait { id: String },
     /// Exit once no container is left, removing the shim's state directory.
     Shutdown,
+    /// Run a process in a running container with its stdio handed to crius (see "Streaming
+    /// requests" above).
+    ExecStream(ExecStream),
+    /// Join a running container's stdio (see "Streaming requests" above).
+    Attach(Attach),
 }
 
 /// Fields of [`Op::CreateContainer`].
@@ -173,6 +195,68 @@ pub struct ExecSync {
     pub output_limit: u64,
 }
 
+/// Fields of [`Op::ExecStream`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecStream {
+    /// The container to run in; it must be running.
+    pub id: String,
+    /// An OCI runtime-spec `process` object, used as it is; its `terminal` must equal `tty`.
+    pub process: serde_json::Value,
+    /// Run the process on a new pty (its stdin, stdout and stderr); crius gets the master.
+    #[serde(default)]
+    pub tty: bool,
+    /// Give the process a stdin crius writes into; without it stdin is `/dev/null`.
+    #[serde(default)]
+    pub stdin: bool,
+    /// Hand stdout to crius; without it (and without a tty) the output is discarded.
+    #[serde(default)]
+    pub stdout: bool,
+    /// Hand stderr to crius; without it (and without a tty) the output is discarded.
+    #[serde(default)]
+    pub stderr: bool,
+}
+
+/// Fields of [`Op::Attach`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attach {
+    /// The container to attach to; it must be running.
+    pub id: String,
+    /// Write into the container's stdin (only if it was created with stdin).
+    #[serde(default)]
+    pub stdin: bool,
+    /// Copy the container's stdout (a tty container's whole output) to crius.
+    #[serde(default)]
+    pub stdout: bool,
+    /// Copy the container's stderr to crius (nothing for a tty container).
+    #[serde(default)]
+    pub stderr: bool,
+}
+
+/// Which stdio end a descriptor passed with [`Reply::Streams`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamFd {
+    /// Write end of the process's stdin.
+    Stdin,
+    /// Read end of its stdout.
+    Stdout,
+    /// Read end of its stderr.
+    Stderr,
+    /// The master of its pty: output, input and window size.
+    Pty,
+}
+
+/// The first answer to [`Op::ExecStream`] and [`Op::Attach`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Streams {
+    /// The exec process, or the attached container's init.
+    pub pid: i32,
+    /// The process runs on a pty.
+    pub tty: bool,
+    /// The descriptors that came with this frame, in order.
+    pub fds: Vec<StreamFd>,
+}
+
 /// One response from the shim.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -206,6 +290,14 @@ pub enum Reply {
     },
     Exec(ExecOutcome),
     Exited(ExitInfo),
+    /// First answer of a streaming request; see [`Streams`].
+    Streams(Streams),
+    /// Last answer of a streaming request: the process has exited.
+    ProcessExited {
+        /// Exit status, or 128 + the signal.
+        exit_code: i32,
+        signal: Option<i32>,
+    },
 }
 
 /// A failed request: a kind crius maps to a gRPC code, and a message naming what failed.

@@ -33,6 +33,8 @@ pub struct Daemon {
     pub locks: Locks,
     /// The static pause binary, bind-mounted into every pod's infra container.
     pub pause_binary: std::path::PathBuf,
+    /// The HTTP server behind the URLs of Exec, Attach and PortForward.
+    pub streams: Arc<crate::stream::StreamServer>,
     pub started_at: SystemTime,
 }
 
@@ -84,6 +86,7 @@ impl Daemon {
             shims,
             locks: Locks::default(),
             pause_binary,
+            streams: Arc::default(),
             started_at: SystemTime::now(),
         }))
     }
@@ -97,6 +100,11 @@ impl Daemon {
             .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
         self.recover_containers().await;
         self.recover_pods().await;
+        let stream = &self.config.stream;
+        self.streams
+            .start(&stream.address, stream.port)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
         // Blobs and snapshots a killed crius left unreferenced (a pull cut short, an image
         // removed mid-way) are freed in the background; serving does not wait for it.
         let images = self.images.clone();

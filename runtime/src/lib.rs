@@ -14,4 +14,5 @@ pub mod service;
 pub mod shims;
 pub mod spec;
 pub mod store;
+pub mod stream;
 pub mod util;

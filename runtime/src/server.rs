@@ -110,6 +110,7 @@ pub async fn serve(
     socket: Socket,
     mut signals: StopSignals,
 ) -> anyhow::Result<()> {
+    let streams = Arc::clone(&daemon.streams);
     let service = CriService::new(daemon);
     let runtime = RuntimeServiceServer::new(service.clone())
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
@@ -138,6 +139,7 @@ pub async fn serve(
         _ = signals.term.recv() => stop(&mut server, stop_tx, "SIGTERM").await,
         _ = signals.int.recv() => stop(&mut server, stop_tx, "SIGINT").await,
     };
+    streams.stop();
     if let Err(e) = std::fs::remove_file(&path) {
         tracing::warn!(socket = %path.display(), "remove socket: {e}");
     }

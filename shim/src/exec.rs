@@ -154,8 +154,10 @@ struct Prepared {
 }
 
 /// Start `process_json` (an OCI process) in the running container `id` whose libcontainer
-/// state is under `root`, with `stdout` and `stderr` as its output and the helper's stdin
-/// (`/dev/null`) as its input. Returns the new process's pid once it has exec'd its command.
+/// state is under `root`, with `stdout` and `stderr` as its output and `stdin` as its input
+/// (the helper's own stdin, `/dev/null`, when `None`). With `process.terminal` the three are
+/// the slave of a pty the shim allocated, which becomes the process's controlling terminal.
+/// Returns the new process's pid once it has exec'd its command.
 ///
 /// Call only from a single-threaded, short-lived process: it moves the caller into the
 /// container's namespaces and cgroup.
@@ -163,6 +165,7 @@ pub fn exec(
     root: &Path,
     id: &str,
     process_json: &Path,
+    stdin: Option<OwnedFd>,
     stdout: OwnedFd,
     stderr: OwnedFd,
 ) -> Result<i32> {
@@ -234,7 +237,7 @@ pub fn exec(
         seccomp,
         capabilities,
     };
-    spawn(&prepared, stdout, stderr)
+    spawn(&prepared, stdin, stdout, stderr)
 }
 
 /// The init's pid and the bundle, from libcontainer's `state.json`; refused unless running.
@@ -283,9 +286,6 @@ fn read_process(path: &Path) -> Result<Process> {
 
 /// Refuse what this exec does not set up, rather than run the process without it.
 fn check_supported(process: &Process) -> Result<()> {
-    if process.terminal() == Some(true) {
-        return Err(ExecError::Unsupported("a terminal"));
-    }
     if process
         .selinux_label()
         .as_ref()
@@ -492,7 +492,12 @@ fn home_of(uid: u32) -> Option<String> {
 }
 
 /// Fork the process; in the parent, wait until it has exec'd or failed.
-fn spawn(prepared: &Prepared, stdout: OwnedFd, stderr: OwnedFd) -> Result<i32> {
+fn spawn(
+    prepared: &Prepared,
+    stdin: Option<OwnedFd>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+) -> Result<i32> {
     let (err_r, err_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| ExecError::Sys {
             what: "error pipe",
@@ -509,7 +514,8 @@ fn spawn(prepared: &Prepared, stdout: OwnedFd, stderr: OwnedFd) -> Result<i32> {
     }
     if pid == 0 {
         drop(err_r);
-        let message = match child(prepared, stdout.as_raw_fd(), stderr.as_raw_fd()) {
+        let stdin_fd = stdin.as_ref().map(|f| f.as_raw_fd());
+        let message = match child(prepared, stdin_fd, stdout.as_raw_fd(), stderr.as_raw_fd()) {
             Err(message) => message,
             Ok(never) => match never {},
         };
@@ -520,7 +526,7 @@ fn spawn(prepared: &Prepared, stdout: OwnedFd, stderr: OwnedFd) -> Result<i32> {
         unsafe { libc::_exit(127) };
     }
     drop(err_w);
-    drop((stdout, stderr));
+    drop((stdin, stdout, stderr));
     let mut message = String::new();
     let read = fs::File::from(err_r).read_to_string(&mut message);
     if read.is_err() || !message.is_empty() {
@@ -539,6 +545,7 @@ fn spawn(prepared: &Prepared, stdout: OwnedFd, stderr: OwnedFd) -> Result<i32> {
 /// The child's setup up to `execve`; returns only on failure, with the reason.
 fn child(
     p: &Prepared,
+    stdin: Option<RawFd>,
     stdout: RawFd,
     stderr: RawFd,
 ) -> std::result::Result<std::convert::Infallible, String> {
@@ -547,13 +554,21 @@ fn child(
     let sys = |what: &str, e: &dyn std::error::Error| crate::libct::chain(what, e);
     let process = &p.process;
 
-    // SAFETY: setsid, dup2 and prctl only change this process's attributes.
+    // SAFETY: setsid, dup2 and ioctl(TIOCSCTTY) only change this process's attributes.
     unsafe {
         if libc::setsid() < 0 {
             return Err(os("setsid"));
         }
+        if stdin.is_some_and(|fd| libc::dup2(fd, 0) < 0) {
+            return Err(os("stdin"));
+        }
         if libc::dup2(stdout, 1) < 0 || libc::dup2(stderr, 2) < 0 {
             return Err(os("stdio"));
+        }
+        // A pty slave on stdin becomes the new session's controlling terminal, so the shell
+        // gets job control and ^C reaches the foreground process group.
+        if process.terminal() == Some(true) && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            return Err(os("set the controlling terminal"));
         }
     }
     // Nothing of the helper's (report socket, log file, namespace descriptors) may reach the

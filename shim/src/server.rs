@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crius_api::shim::{
-    decode_frame, encode_frame, ContainerInfo, ContainerStatus, CreateContainer, ErrorKind,
-    ExecOutcome, ExecSync, ExitInfo, Op, Reply, Request, Response, ShimError,
-    DEFAULT_EXEC_OUTPUT_LIMIT, MAX_FRAME, PROTOCOL_VERSION,
+    decode_frame, encode_frame, Attach, ContainerInfo, ContainerStatus, CreateContainer, ErrorKind,
+    ExecOutcome, ExecStream, ExecSync, ExitInfo, Op, Reply, Request, Response, ShimError, StreamFd,
+    Streams, DEFAULT_EXEC_OUTPUT_LIMIT, MAX_FRAME, PROTOCOL_VERSION,
 };
 use tracing::{info, warn};
 
@@ -102,6 +102,18 @@ struct Container {
     /// What libcontainer recorded of the spec at create (cgroup, hooks); `None` if it could
     /// not be read, and then every operation goes through a helper.
     libct: Option<Recorded>,
+    /// Attach sessions receiving a copy of the output.
+    attaches: Vec<AttachSink>,
+}
+
+/// One attach session: where the container's output is copied for it.
+struct AttachSink {
+    /// The connection that asked for it; closing it ends the session.
+    token: Token,
+    /// Write ends (non-blocking) of its stdout and stderr pipes.
+    out: [Option<OwnedFd>; 2],
+    /// It was handed the container's stdin.
+    stdin: bool,
 }
 
 impl Container {
@@ -123,6 +135,37 @@ impl Container {
 
     fn alive(&self) -> bool {
         self.pid.is_some() && self.exit.is_none()
+    }
+
+    /// End the attach session of connection `token`, if it has one: its pipes close and, for
+    /// a `stdin_once` container attached with stdin, so does the container's stdin.
+    fn detach(&mut self, token: Token) {
+        let Some(i) = self.attaches.iter().position(|a| a.token == token) else {
+            return;
+        };
+        let sink = self.attaches.swap_remove(i);
+        if sink.stdin && self.stdin_once && !self.tty {
+            info!(target: "crius_shim", container = %self.id, "attach with stdin ended: closing stdin (stdin_once)");
+            self.stdin = None;
+        }
+    }
+
+    /// Copy `bytes` of output stream `i` to every attach session; a session whose pipe is
+    /// full loses them, one whose reader is gone loses its pipe.
+    fn fan_out(&mut self, i: usize, bytes: &[u8]) {
+        for sink in &mut self.attaches {
+            let Some(fd) = &sink.out[i] else {
+                continue;
+            };
+            // SAFETY: writing from a buffer we own, of the length we pass.
+            let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::WouldBlock {
+                    sink.out[i] = None;
+                }
+            }
+        }
     }
 }
 
@@ -163,6 +206,16 @@ struct ExecJob {
     timed_out: bool,
     drain_until: Option<Instant>,
     process_file: PathBuf,
+    /// An `exec_stream`: its stdio belongs to crius and its answer is `process_exited`.
+    streaming: bool,
+    /// For `exec_stream`: the crius ends of the process's stdio, handed over with the
+    /// `streams` answer once the process runs (the captures then stay empty).
+    stream: Option<StreamHandoff>,
+}
+
+struct StreamHandoff {
+    tty: bool,
+    fds: Vec<(StreamFd, OwnedFd)>,
 }
 
 enum HelperPurpose {
@@ -572,6 +625,7 @@ impl Shim {
                 self.conns.remove(&token);
                 for c in self.containers.values_mut() {
                     c.waiters.retain(|t| *t != token);
+                    c.detach(token);
                 }
             }
         }
@@ -664,6 +718,8 @@ impl Shim {
                 self.shutdown_requested = true;
                 Ok(Some(Reply::Done))
             }
+            Op::ExecStream(req) => self.exec_stream(token, req).map(|()| None),
+            Op::Attach(req) => self.attach(token, req).map(|()| None),
         };
         match result {
             Ok(Some(reply)) => Some(Response::Ok(reply)),
@@ -801,6 +857,7 @@ impl Shim {
                 helpers: 1,
                 delete_queued: false,
                 libct: None,
+                attaches: Vec::new(),
             },
         );
         Ok(())
@@ -1185,20 +1242,7 @@ impl Shim {
             )
         };
         let exec_id = self.next();
-        let process_file = self
-            .cfg
-            .state_dir
-            .join("exec")
-            .join(format!("{exec_id}.json"));
-        let bytes = serde_json::to_vec(&process).map_err(|e| internal("encode process", &e))?;
-        let written = match fs::write(&process_file, &bytes) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir_all(self.cfg.state_dir.join("exec"))
-                    .and_then(|()| fs::write(&process_file, &bytes))
-            }
-            other => other,
-        };
-        written.map_err(|e| internal("write process file", &e))?;
+        let process_file = self.write_process_file(exec_id, &process, &id)?;
         let (out_r, out_w) = pipe().map_err(|e| internal("stdout pipe", &e))?;
         let (err_r, err_w) = pipe().map_err(|e| internal("stderr pipe", &e))?;
         set_nonblocking(out_r.as_raw_fd()).map_err(|e| internal("pipe", &e))?;
@@ -1235,9 +1279,250 @@ impl Shim {
                 timed_out: false,
                 drain_until: None,
                 process_file,
+                streaming: false,
+                stream: None,
             },
         );
         Ok(())
+    }
+
+    /// Write an exec's OCI process where its helper reads it: `exec/<n>.json`.
+    fn write_process_file(
+        &self,
+        exec_id: u64,
+        process: &serde_json::Value,
+        id: &str,
+    ) -> Result<PathBuf, ShimError> {
+        let internal = |what: &str, e: &dyn std::fmt::Display| {
+            err(
+                ErrorKind::Internal,
+                format!("exec in container {id}: {what}: {e}"),
+            )
+        };
+        let process_file = self
+            .cfg
+            .state_dir
+            .join("exec")
+            .join(format!("{exec_id}.json"));
+        let bytes = serde_json::to_vec(process).map_err(|e| internal("encode process", &e))?;
+        let written = match fs::write(&process_file, &bytes) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(self.cfg.state_dir.join("exec"))
+                    .and_then(|()| fs::write(&process_file, &bytes))
+            }
+            other => other,
+        };
+        written.map_err(|e| internal("write process file", &e))?;
+        Ok(process_file)
+    }
+
+    /// `exec_stream`: start a process whose stdio crius relays; see the protocol's
+    /// "Streaming requests".
+    fn exec_stream(&mut self, token: Token, req: ExecStream) -> Result<(), ShimError> {
+        self.refuse_if_stopping()?;
+        let id = req.id.clone();
+        let c = self.containers.get(&id).ok_or_else(|| not_found(&id))?;
+        if c.status != ContainerStatus::Running || !c.alive() {
+            return Err(err(
+                ErrorKind::FailedPrecondition,
+                format!("container {id} is not running"),
+            ));
+        }
+        let mut process = req.process;
+        let Some(obj) = process.as_object_mut() else {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                "exec process must be a JSON object (an OCI process)",
+            ));
+        };
+        obj.insert("terminal".into(), serde_json::Value::Bool(req.tty));
+        let internal = |what: &str, e: &dyn std::fmt::Display| {
+            err(
+                ErrorKind::Internal,
+                format!("exec in container {id}: {what}: {e}"),
+            )
+        };
+        // The process's ends (stdin, stdout, stderr) and crius's.
+        let mut child: [Option<OwnedFd>; 3] = [None, None, None];
+        let mut handoff = Vec::new();
+        if req.tty {
+            let (master, slave) = open_pty().map_err(|e| internal("open a pty", &e))?;
+            let dup = |fd: &OwnedFd| fd.try_clone().map_err(|e| internal("dup pty", &e));
+            child[0] = Some(dup(&slave)?);
+            child[1] = Some(dup(&slave)?);
+            child[2] = Some(slave);
+            if req.stdin {
+                handoff.push((StreamFd::Stdin, dup(&master)?));
+            }
+            handoff.push((StreamFd::Stdout, dup(&master)?));
+            handoff.push((StreamFd::Pty, master));
+        } else {
+            if req.stdin {
+                let (r, w) = pipe().map_err(|e| internal("stdin pipe", &e))?;
+                child[0] = Some(r);
+                handoff.push((StreamFd::Stdin, w));
+            }
+            for (i, (wanted, kind)) in [
+                (req.stdout, StreamFd::Stdout),
+                (req.stderr, StreamFd::Stderr),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                if wanted {
+                    let (r, w) = pipe().map_err(|e| internal("output pipe", &e))?;
+                    child[i + 1] = Some(w);
+                    handoff.push((kind, r));
+                } else {
+                    let null = fs::OpenOptions::new()
+                        .write(true)
+                        .open("/dev/null")
+                        .map_err(|e| internal("open /dev/null", &e))?;
+                    child[i + 1] = Some(null.into());
+                }
+            }
+        }
+        let exec_id = self.next();
+        let process_file = self.write_process_file(exec_id, &process, &id)?;
+        let args = vec![
+            "exec".to_owned(),
+            "--process".to_owned(),
+            process_file.to_string_lossy().into_owned(),
+        ];
+        let stdio = [0, 1, 2].map(|i| child[i].as_ref().map(|f| f.as_raw_fd()));
+        let purpose = HelperPurpose::Exec { exec: exec_id };
+        if let Err(e) = self.spawn_helper(&id, args, stdio, purpose) {
+            let _ = fs::remove_file(&process_file);
+            return Err(internal("spawn helper", &e));
+        }
+        // The process's ends now live in the helper.
+        drop(child);
+        let empty = || Capture {
+            fd: None,
+            data: Vec::new(),
+            limit: 0,
+            truncated: false,
+        };
+        self.execs.insert(
+            exec_id,
+            ExecJob {
+                token,
+                container: id,
+                pid: None,
+                out: [empty(), empty()],
+                status: None,
+                deadline: None,
+                timed_out: false,
+                drain_until: None,
+                process_file,
+                streaming: true,
+                stream: Some(StreamHandoff {
+                    tty: req.tty,
+                    fds: handoff,
+                }),
+            },
+        );
+        Ok(())
+    }
+
+    /// `attach`: hand crius the container's stdin and pipes that receive a copy of its
+    /// output from now on; see the protocol's "Streaming requests".
+    fn attach(&mut self, token: Token, req: Attach) -> Result<(), ShimError> {
+        let id = req.id.clone();
+        let c = self.containers.get_mut(&id).ok_or_else(|| not_found(&id))?;
+        let pid = match c.pid {
+            Some(pid) if c.status == ContainerStatus::Running && c.alive() => pid,
+            _ => {
+                return Err(err(
+                    ErrorKind::FailedPrecondition,
+                    format!("container {id} is not running"),
+                ))
+            }
+        };
+        let internal = |what: &str, e: &dyn std::fmt::Display| {
+            err(
+                ErrorKind::Internal,
+                format!("attach to container {id}: {what}: {e}"),
+            )
+        };
+        let mut handoff = Vec::new();
+        let mut sink = AttachSink {
+            token,
+            out: [None, None],
+            stdin: false,
+        };
+        if req.stdin {
+            if let Some(stdin) = &c.stdin {
+                let dup = stdin.try_clone().map_err(|e| internal("dup stdin", &e))?;
+                handoff.push((StreamFd::Stdin, dup));
+                sink.stdin = true;
+            }
+        }
+        // A tty container has one output, its pty master, logged as stdout.
+        let wanted = [req.stdout, req.stderr && !c.tty];
+        for (i, kind) in [StreamFd::Stdout, StreamFd::Stderr].into_iter().enumerate() {
+            if wanted[i] && c.outputs[i].is_some() {
+                let (r, w) = pipe().map_err(|e| internal("output pipe", &e))?;
+                set_nonblocking(w.as_raw_fd()).map_err(|e| internal("output pipe", &e))?;
+                sink.out[i] = Some(w);
+                handoff.push((kind, r));
+            }
+        }
+        if c.tty {
+            if let Some(master) = &c.outputs[0] {
+                let dup = master.try_clone().map_err(|e| internal("dup pty", &e))?;
+                handoff.push((StreamFd::Pty, dup));
+            }
+        }
+        c.attaches.push(sink);
+        let streams = Streams {
+            pid,
+            tty: c.tty,
+            fds: handoff.iter().map(|(kind, _)| *kind).collect(),
+        };
+        let fds: Vec<RawFd> = handoff.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
+        info!(target: "crius_shim", container = %id, stdin = sink_stdin(c, token), "attached");
+        self.send_with_fds(token, &Response::Ok(Reply::Streams(streams)), &fds);
+        Ok(())
+    }
+
+    /// Send a response with descriptors on its first byte, leaving the connection's request
+    /// in progress (a streaming request answers again later). A connection that cannot take
+    /// the frame at once is given up: crius sees it close.
+    fn send_with_fds(&mut self, token: Token, response: &Response, fds: &[RawFd]) {
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let frame = match encode_frame(response) {
+            Ok(frame) => frame,
+            Err(e) => {
+                warn!(target: "crius_shim", error = %e, "encode streams answer");
+                conn.eof = true;
+                return;
+            }
+        };
+        if !conn.outbuf.is_empty() {
+            conn.eof = true;
+            return;
+        }
+        let iov = [io::IoSlice::new(&frame)];
+        let cmsgs = [nix::sys::socket::ControlMessage::ScmRights(fds)];
+        let cmsgs: &[nix::sys::socket::ControlMessage<'_>] =
+            if fds.is_empty() { &[] } else { &cmsgs };
+        match nix::sys::socket::sendmsg::<()>(
+            conn.stream.as_raw_fd(),
+            &iov,
+            cmsgs,
+            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Ok(n) => conn.outbuf.extend_from_slice(&frame[n..]),
+            Err(e) => {
+                warn!(target: "crius_shim", error = %e, "send streams answer");
+                conn.eof = true;
+            }
+        }
+        flush(conn);
     }
 
     // ----- helpers, exits, output --------------------------------------------------------
@@ -1384,6 +1669,22 @@ impl Shim {
         match result {
             Ok(pid) => {
                 job.pid = Some(pid);
+                if let Some(handoff) = job.stream.take() {
+                    let token = job.token;
+                    let streams = Streams {
+                        pid,
+                        tty: handoff.tty,
+                        fds: handoff.fds.iter().map(|(kind, _)| *kind).collect(),
+                    };
+                    let fds: Vec<RawFd> =
+                        handoff.fds.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
+                    self.send_with_fds(token, &Response::Ok(Reply::Streams(streams)), &fds);
+                    // Our copies close here: the process and crius hold the only ends.
+                    drop(handoff);
+                }
+                let Some(job) = self.execs.get_mut(&exec) else {
+                    return;
+                };
                 if job.timed_out {
                     // SAFETY: kill(2) of our unreaped child.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -1493,6 +1794,15 @@ impl Shim {
         info!(target: "crius_shim", container = %id, exit_code, ?signal, oom_killed, "exited");
         c.exit = Some(exit.clone());
         c.status = ContainerStatus::Stopped;
+        // Closing the sessions' pipes ends their output; then they hear of the exit.
+        let sessions: Vec<Token> = c.attaches.drain(..).map(|a| a.token).collect();
+        for token in sessions {
+            let response = Response::Ok(Reply::ProcessExited { exit_code, signal });
+            self.complete(token, response);
+        }
+        let Some(c) = self.containers.get_mut(id) else {
+            return;
+        };
         let waiters = std::mem::take(&mut c.waiters);
         let delete_now = c.delete_on_exit || !c.delete_waiters.is_empty();
         for token in waiters {
@@ -1533,6 +1843,9 @@ impl Shim {
                     if let Err(e) = log.write(stream, &self.buf[..n], now_unix_nanos()) {
                         warn!(target: "crius_shim", container = %id, error = %e, "write log");
                     }
+                }
+                if !c.attaches.is_empty() {
+                    c.fan_out(i, &self.buf[..n]);
                 }
                 true
             }
@@ -1586,6 +1899,11 @@ impl Shim {
         };
         let _ = fs::remove_file(&job.process_file);
         let (exit_code, signal) = decode_status(status);
+        if job.streaming {
+            let response = Response::Ok(Reply::ProcessExited { exit_code, signal });
+            self.complete(job.token, response);
+            return;
+        }
         let [out, errs] = &mut job.out;
         let outcome = ExecOutcome {
             exit_code,
@@ -1717,6 +2035,24 @@ fn flush(conn: &mut Conn) {
             }
         }
     }
+}
+
+/// Whether the attach session of `token` got the container's stdin (for the log).
+fn sink_stdin(c: &Container, token: Token) -> bool {
+    c.attaches.iter().any(|a| a.token == token && a.stdin)
+}
+
+/// A new pty: (master, slave), both close-on-exec (the shim is single-threaded, so no fork
+/// can come between the open and the flag).
+fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
+    let pty = nix::pty::openpty(None, None)?;
+    for fd in [&pty.master, &pty.slave] {
+        // SAFETY: F_SETFD on a descriptor we own only sets its close-on-exec flag.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok((pty.master, pty.slave))
 }
 
 /// Bind the control socket in `dir` by a relative name (state paths may exceed the 108 bytes

@@ -24,6 +24,7 @@ mod runtime_config;
 mod sandbox;
 mod stats;
 mod status;
+mod streaming;
 mod version;
 
 pub use ids::Ids;
@@ -238,10 +239,10 @@ cri_service! {
             -> BoxStream<ContainerEventResponse> => |_, _| not_yet("GetContainerEvents");
 
         exec_sync("ExecSync", ExecSyncRequest) -> ExecSyncResponse => container::exec_sync;
-        exec("Exec", ExecRequest) -> ExecResponse => |_, _| not_yet("Exec");
-        attach("Attach", AttachRequest) -> AttachResponse => |_, _| not_yet("Attach");
+        exec("Exec", ExecRequest) -> ExecResponse => streaming::exec;
+        attach("Attach", AttachRequest) -> AttachResponse => streaming::attach;
         port_forward("PortForward", PortForwardRequest) -> PortForwardResponse
-            => |_, _| not_yet("PortForward");
+            => streaming::port_forward;
 
         container_stats("ContainerStats", ContainerStatsRequest) -> ContainerStatsResponse
             => stats::container;

@@ -127,7 +127,7 @@ fn run(args: &[String]) -> Result<(i32, Option<OwnedFd>), String> {
             let process = a.process.ok_or("exec needs --process")?;
             let stdout = stdio(1).ok_or("exec needs a stdout fd")?;
             let stderr = stdio(2).ok_or("exec needs a stderr fd")?;
-            crius_shim::exec::exec(&a.root, &a.id, &process, stdout, stderr)
+            crius_shim::exec::exec(&a.root, &a.id, &process, stdio(0), stdout, stderr)
                 .map(|pid| (pid, None))
                 .map_err(|e| libct::chain("exec", &e))
         }

@@ -1,0 +1,360 @@
+//! The streaming server for `Exec`, `Attach` and `PortForward`.
+//!
+//! Those RPCs only validate the request and answer a URL: `http://<address>:<port>/exec/<token>`
+//! (or `/attach/`, `/portforward/`). The token names the prepared request; it can be used once,
+//! within [`TOKEN_TTL`]. The client (crictl, critest, or kubelet proxying kubectl's connection)
+//! then upgrades an HTTP/1.1 request on that URL to SPDY/3.1 and speaks the Kubernetes
+//! stream protocols over it: [`remotecommand`] for exec and attach, [`portforward`] for port
+//! forwarding. The I/O of exec and attach goes through the pod's shim, which hands crius the
+//! process's stdio ([`shim_io`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming as Body;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub mod portforward;
+pub mod remotecommand;
+pub mod session;
+pub mod shim_io;
+pub mod spdy;
+
+pub use remotecommand::Target;
+
+/// How long a URL answered by Exec, Attach or PortForward stays valid (kubelet's is a minute).
+pub const TOKEN_TTL: Duration = Duration::from_secs(60);
+
+/// At most this many prepared requests wait for their client.
+const MAX_PENDING: usize = 1000;
+
+/// Errors of the streaming server.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("listen on {addr}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("stream server address {0:?} is not an IP address and port")]
+    Address(String),
+    #[error("the streaming server is not running")]
+    NotRunning,
+    #[error("too many streaming requests wait for their client")]
+    TooMany,
+    #[error("shim at {path}")]
+    Shim {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the shim refused: {0}")]
+    Refused(#[source] crius_api::shim::ShimError),
+}
+
+/// A request prepared by an RPC, waiting for its client to connect.
+pub enum PendingStream {
+    /// Exec or attach.
+    Command(Target),
+    PortForward {
+        pod_id: String,
+        netns: Option<PathBuf>,
+    },
+}
+
+impl PendingStream {
+    fn kind(&self) -> &'static str {
+        match self {
+            PendingStream::Command(t) if t.attach => "attach",
+            PendingStream::Command(_) => "exec",
+            PendingStream::PortForward { .. } => "portforward",
+        }
+    }
+}
+
+/// The streaming server: its address once listening, and the prepared requests.
+pub struct StreamServer {
+    base_url: OnceLock<String>,
+    pending: Mutex<HashMap<String, (Instant, PendingStream)>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Default for StreamServer {
+    fn default() -> Self {
+        StreamServer {
+            base_url: OnceLock::new(),
+            pending: Mutex::new(HashMap::new()),
+            stop: watch::channel(false).0,
+        }
+    }
+}
+
+impl StreamServer {
+    /// Listen on `address:port` (port 0: a free one) and serve until [`StreamServer::stop`].
+    /// Returns the address bound.
+    pub async fn start(
+        self: &Arc<Self>,
+        address: &str,
+        port: u16,
+    ) -> Result<SocketAddr, StreamError> {
+        let ip: std::net::IpAddr = address
+            .parse()
+            .map_err(|_| StreamError::Address(format!("{address}:{port}")))?;
+        let addr = SocketAddr::new(ip, port);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StreamError::Listen {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|source| StreamError::Listen {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let _ = self.base_url.set(format!("http://{bound}"));
+        let server = Arc::clone(self);
+        let mut stop = self.stop.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    a = listener.accept() => a,
+                    _ = stop.changed() => break,
+                };
+                let (tcp, _) = match accepted {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!("stream server: accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let server = Arc::clone(&server);
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let server = Arc::clone(&server);
+                        async move { Ok::<_, std::convert::Infallible>(server.handle(req)) }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), service)
+                        .with_upgrades();
+                    if let Err(e) = conn.await {
+                        tracing::debug!("stream server connection: {e}");
+                    }
+                });
+            }
+            tracing::info!("stream server stopped");
+        });
+        tracing::info!(url = %format!("http://{bound}"), "stream server listening");
+        Ok(bound)
+    }
+
+    /// Stop accepting connections; sessions under way run to their end.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Keep `request` for its client and answer the URL it connects to.
+    pub fn register(&self, request: PendingStream) -> Result<String, StreamError> {
+        let base = self.base_url.get().ok_or(StreamError::NotRunning)?;
+        let kind = request.kind();
+        let token = new_token();
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        pending.retain(|_, (at, _)| now.duration_since(*at) < TOKEN_TTL);
+        if pending.len() >= MAX_PENDING {
+            return Err(StreamError::TooMany);
+        }
+        pending.insert(token.clone(), (now, request));
+        Ok(format!("{base}/{kind}/{token}"))
+    }
+
+    /// Take the request of `token` if it is of `kind` and still valid.
+    fn take(&self, kind: &str, token: &str) -> Option<PendingStream> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, request) = pending.remove(token)?;
+        if at.elapsed() >= TOKEN_TTL || request.kind() != kind {
+            return None;
+        }
+        Some(request)
+    }
+
+    fn handle(&self, mut req: Request<Body>) -> Response<Full<Bytes>> {
+        let path = req.uri().path().to_owned();
+        let mut parts = path.trim_start_matches('/').splitn(2, '/');
+        let (kind, token) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        if !matches!(kind, "exec" | "attach" | "portforward") || token.is_empty() {
+            return plain(StatusCode::NOT_FOUND, "not found");
+        }
+        let upgrade = header_values(&req, "upgrade");
+        if !upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1")) {
+            // WebSocket clients (crictl --transport websocket) are not served yet.
+            return plain(
+                StatusCode::BAD_REQUEST,
+                "crius streams over SPDY/3.1 only: upgrade with `Upgrade: SPDY/3.1`",
+            );
+        }
+        let offered = header_values(&req, "x-stream-protocol-version");
+        let supported: &[&str] = if kind == "portforward" {
+            &[portforward::PROTOCOL]
+        } else {
+            remotecommand::PROTOCOLS
+        };
+        // The client's first choice that crius speaks; kubelet does the same.
+        let chosen = offered
+            .iter()
+            .find(|p| supported.contains(&p.as_str()))
+            .cloned();
+        let Some(chosen) = chosen.or_else(|| {
+            // A client that offers nothing gets the oldest protocol, as kubelet does.
+            (offered.is_empty() && kind != "portforward").then(|| "channel.k8s.io".to_owned())
+        }) else {
+            let mut resp = plain(
+                StatusCode::FORBIDDEN,
+                &format!("none of the offered protocols {offered:?} is supported"),
+            );
+            for p in supported {
+                if let Ok(v) = p.parse() {
+                    resp.headers_mut()
+                        .append("x-accepted-stream-protocol-versions", v);
+                }
+            }
+            return resp;
+        };
+        let Some(request) = self.take(kind, token) else {
+            return plain(StatusCode::NOT_FOUND, "unknown or expired streaming token");
+        };
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        let protocol = chosen.clone();
+        tokio::spawn(async move {
+            let io = match on_upgrade.await {
+                Ok(io) => TokioIo::new(io),
+                Err(e) => {
+                    tracing::debug!("stream upgrade failed: {e}");
+                    return;
+                }
+            };
+            let session = session::Session::start(io);
+            match request {
+                PendingStream::Command(target) => {
+                    remotecommand::serve(session, &protocol, target).await
+                }
+                PendingStream::PortForward { pod_id, netns } => {
+                    portforward::serve(session, pod_id, netns).await
+                }
+            }
+        });
+        let mut resp = Response::new(Full::new(Bytes::new()));
+        *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let h = resp.headers_mut();
+        h.insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("Upgrade"),
+        );
+        h.insert(
+            hyper::header::UPGRADE,
+            hyper::header::HeaderValue::from_static("SPDY/3.1"),
+        );
+        if let Ok(v) = chosen.parse() {
+            h.insert("x-stream-protocol-version", v);
+        }
+        resp
+    }
+}
+
+/// Every value of header `name`, comma-separated lists split.
+fn header_values(req: &Request<Body>, name: &str) -> Vec<String> {
+    req.headers()
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(format!("{text}\n"))));
+    *resp.status_mut() = status;
+    resp
+}
+
+/// 128 random bits, URL-safe.
+fn new_token() -> String {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: getrandom writes at most the length we pass into our buffer.
+        let n = unsafe {
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+        };
+        if n > 0 {
+            filled += n as usize;
+        } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // No kernel randomness: fall back on time and a counter, still unguessable
+            // enough for a loopback URL that lives a minute.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            bytes = nanos.to_le_bytes();
+            break;
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_single_use_and_typed() {
+        let server = StreamServer::default();
+        let _ = server.base_url.set("http://127.0.0.1:1".into());
+        let url = server
+            .register(PendingStream::PortForward {
+                pod_id: "p".into(),
+                netns: None,
+            })
+            .unwrap();
+        let token = url.rsplit('/').next().unwrap().to_owned();
+        assert!(url.starts_with("http://127.0.0.1:1/portforward/"));
+        assert_eq!(token.len(), 32);
+        assert!(server.take("exec", &token).is_none(), "wrong kind");
+        let url = server
+            .register(PendingStream::PortForward {
+                pod_id: "p".into(),
+                netns: None,
+            })
+            .unwrap();
+        let token = url.rsplit('/').next().unwrap().to_owned();
+        assert!(server.take("portforward", &token).is_some());
+        assert!(server.take("portforward", &token).is_none(), "used once");
+    }
+
+    #[test]
+    fn no_url_before_the_server_listens() {
+        let server = StreamServer::default();
+        let pending = PendingStream::PortForward {
+            pod_id: "p".into(),
+            netns: None,
+        };
+        assert!(matches!(
+            server.register(pending),
+            Err(StreamError::NotRunning)
+        ));
+    }
+}

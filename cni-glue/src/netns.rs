@@ -100,6 +100,35 @@ pub fn create(dir: &Path, id: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Pins the network namespace behind `source` (a `/proc/<pid>/ns/net` of a process that made
+/// it, say in a new user namespace) at `<dir>/<id>` and brings its loopback device up; returns
+/// the pin's path. The namespace outlives the process once pinned.
+pub fn pin(source: &Path, dir: &Path, id: &str) -> Result<PathBuf> {
+    check_name(id)?;
+    std::fs::create_dir_all(dir).map_err(|e| netns_err("create dir for", dir, e))?;
+    let path = dir.join(id);
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(&path)
+        .map_err(|e| netns_err("create pin file for", &path, e))?;
+    let pinned = mount(
+        Some(source),
+        &path,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| netns_err("pin", &path, e))
+    .and_then(|()| run_in(&path, loopback_up)?.map_err(|e| netns_err("bring up lo in", &path, e)));
+    if let Err(e) = pinned {
+        let _ = remove(&path);
+        return Err(e);
+    }
+    Ok(path)
+}
+
 /// Sets `IFF_UP` on `lo` in the calling thread's network namespace.
 fn loopback_up() -> io::Result<()> {
     // SAFETY: plain socket(2); the returned fd is checked and owned right away.

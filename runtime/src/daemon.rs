@@ -36,6 +36,15 @@ pub struct Daemon {
     /// The HTTP server behind the URLs of Exec, Attach and PortForward.
     pub streams: Arc<crate::stream::StreamServer>,
     pub started_at: SystemTime,
+    /// Whether user-namespaced pods work here; probed once at start.
+    userns: std::sync::OnceLock<bool>,
+}
+
+impl Daemon {
+    /// Whether user-namespaced pods work on this node (false until probed at start).
+    pub fn userns_supported(&self) -> bool {
+        self.userns.get().copied().unwrap_or(false)
+    }
 }
 
 impl std::fmt::Debug for Daemon {
@@ -88,6 +97,7 @@ impl Daemon {
             pause_binary,
             streams: Arc::default(),
             started_at: SystemTime::now(),
+            userns: std::sync::OnceLock::new(),
         }))
     }
 
@@ -98,6 +108,20 @@ impl Daemon {
             .install_pause(&self.pause_binary)
             .await
             .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
+        let (pause, root) = (self.pause_binary.clone(), self.config.root.clone());
+        let userns = tokio::task::spawn_blocking(move || {
+            let holder = crate::userns::HolderProgram {
+                path: &pause,
+                args: &[],
+            };
+            crate::userns::probe(holder, &root)
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        if let Err(why) = &userns {
+            tracing::info!("user-namespaced pods are not supported here: {why}");
+        }
+        let _ = self.userns.set(userns.is_ok());
         self.recover_containers().await;
         self.recover_pods().await;
         let stream = &self.config.stream;

@@ -15,4 +15,5 @@ pub mod shims;
 pub mod spec;
 pub mod store;
 pub mod stream;
+pub mod userns;
 pub mod util;

@@ -29,11 +29,11 @@ pub enum MountError {
     },
 }
 
-fn cstr(p: &Path) -> io::Result<CString> {
+pub(crate) fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
-fn mount(
+pub(crate) fn mount(
     source: &str,
     target: &Path,
     fstype: &str,
@@ -157,6 +157,39 @@ pub fn mount_overlay(
         work.display()
     );
     mount("overlay", target, "overlay", 0, &data).map_err(err)
+}
+
+/// Mounts a read-only overlay of `lowerdirs` (top first, at least two) on `target`.
+pub fn mount_overlay_read_only(lowerdirs: &[PathBuf], target: &Path) -> Result<(), MountError> {
+    mkdir(target)?;
+    let lower: Vec<String> = lowerdirs
+        .iter()
+        .map(|d| d.to_string_lossy().into_owned())
+        .collect();
+    let data = format!("lowerdir={},index=off", lower.join(":"));
+    mount("overlay", target, "overlay", libc::MS_RDONLY, &data).map_err(|source| {
+        MountError::Mount {
+            what: "overlay",
+            target: target.to_path_buf(),
+            source,
+        }
+    })
+}
+
+/// Binds `source` on `target` (an existing directory) read-only.
+pub fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountError> {
+    let err = |source| MountError::Mount {
+        what: "bind",
+        target: target.to_path_buf(),
+        source,
+    };
+    mount(&source.to_string_lossy(), target, "", libc::MS_BIND, "").map_err(err)?;
+    let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+    if let Err(e) = mount("", target, "", ro, "") {
+        let _ = unmount(target);
+        return Err(err(e));
+    }
+    Ok(())
 }
 
 /// Mounts a tmpfs of `size_bytes` with mode 1777 on `target` (a pod's /dev/shm).

@@ -111,9 +111,30 @@ impl Drop for LockGuard<'_> {
     }
 }
 
+/// Whether the running kernel's release (`/proc/sys/kernel/osrelease`) is at least
+/// `major.minor`; false when it cannot be read.
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_kernel_has_mount_setattr() {
+        // the e2e tests run on 6.x
+        assert!(kernel_at_least(5, 12));
+        assert!(!kernel_at_least(999, 0));
+    }
 
     #[test]
     fn ids_are_64_hex_and_distinct() {

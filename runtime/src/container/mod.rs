@@ -7,6 +7,7 @@
 //! `RemoveContainer` and cleans up after a crius killed mid-way.
 
 mod update;
+mod volumes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -261,12 +262,16 @@ impl Daemon {
         let id = record.id.clone();
         let pod = self.pod(&record.sandbox_id)?;
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, &id);
+        let staging = volumes::staging_dir(&paths.bundle);
+        let userns = self.pod_userns(&pod.id, pod_config)?;
         let lowerdirs = self.images.lease(&id, &record.image_id)?;
-        mounts::mount_overlay(
+        volumes::mount_rootfs(
             &lowerdirs,
             &paths.layer.join("upper"),
             &paths.layer.join("work"),
             &paths.rootfs,
+            &staging,
+            userns.as_ref(),
         )?;
         let image_record = self
             .images
@@ -293,11 +298,12 @@ impl Daemon {
             pod_paths.dir.join("resolv.conf"),
             pod_paths.dir.join("hostname"),
         );
+        let staged_config = self.stage_volumes(&id, config, &staging, userns.as_ref())?;
         let spec = crate::spec::container_spec(&crate::spec::ContainerSpecInput {
             container_id: &id,
             sandbox_id: &pod.id,
             image_name: &record.image_name,
-            config,
+            config: &staged_config,
             sandbox_config: pod_config,
             image_config: &image_config,
             rootfs: &paths.rootfs,
@@ -334,6 +340,28 @@ impl Daemon {
         record.state = ContainerState::Created;
         self.containers.put(&self.store, &id, record)?;
         Ok(())
+    }
+
+    /// The pod's user namespace, when it has one, for the container's idmapped mounts.
+    fn pod_userns(
+        &self,
+        pod_id: &str,
+        pod_config: &PodSandboxConfig,
+    ) -> Result<Option<volumes::PodUserns>> {
+        let Some(maps) = crate::spec::pod_id_maps(pod_config)? else {
+            return Ok(None);
+        };
+        let pin = crate::pod::PodPaths::new(&self.config.state, pod_id).userns;
+        let fd = crate::userns::open(&pin).map_err(|e| {
+            Error::FailedPrecondition(format!(
+                "pod {pod_id} has no user namespace any more: {}",
+                crate::error::chain(&e)
+            ))
+        })?;
+        let root = maps.host_root().ok_or_else(|| {
+            Error::InvalidArgument("userns_options do not map container id 0".into())
+        })?;
+        Ok(Some(volumes::PodUserns { fd, maps, root }))
     }
 
     /// The pid of the container a `TARGET` pid namespace points at.
@@ -541,6 +569,7 @@ impl Daemon {
             }
         }
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, id);
+        volumes::unstage(&volumes::staging_dir(&paths.bundle))?;
         mounts::unmount(&paths.rootfs)?;
         for dir in [&paths.bundle, &paths.layer] {
             match std::fs::remove_dir_all(dir) {
@@ -550,6 +579,11 @@ impl Daemon {
             }
         }
         self.images.release(id).await?;
+        for (i, m) in c.config().mounts.iter().enumerate() {
+            if m.image.as_ref().is_some_and(|s| !s.image.is_empty()) {
+                self.images.release(&volumes::image_lease(id, i)).await?;
+            }
+        }
         self.store.release_name(&c.name, id)?;
         self.containers.remove(&self.store, id)?;
         Ok(())

@@ -94,6 +94,16 @@ pub fn write(
     Ok(())
 }
 
+/// Gives the three files to `uid`:`gid` (the host ids of a user-namespaced pod's root).
+pub fn chown(dir: &Path, uid: u32, gid: u32) -> Result<()> {
+    for name in ["hostname", "hosts", "resolv.conf"] {
+        let path = dir.join(name);
+        std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+            .map_err(|e| Error::internal(format!("chown {}", path.display()), e))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,6 +97,8 @@ pub struct PodPaths {
     pub shm: PathBuf,
     pub pause_bundle: PathBuf,
     pub netns_dir: PathBuf,
+    /// The pin of the pod's user namespace, when it has one.
+    pub userns: PathBuf,
 }
 
 impl PodPaths {
@@ -107,6 +109,7 @@ impl PodPaths {
             pause_bundle: dir.join("pause"),
             dir,
             netns_dir: state.join("netns"),
+            userns: state.join("userns").join(id),
         }
     }
 }
@@ -115,6 +118,7 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
     let Some(m) = config.metadata.as_ref() else {
         return Err(Error::InvalidArgument("config.metadata is required".into()));
     };
+    crate::spec::pod_id_maps(config)?;
     for (field, value) in [
         ("config.metadata.name", &m.name),
         ("config.metadata.namespace", &m.namespace),
@@ -163,6 +167,13 @@ impl Daemon {
         runtime_handler: String,
     ) -> Result<String> {
         validate(&config, &runtime_handler)?;
+        if crate::spec::pod_id_maps(&config)?.is_some() && !self.userns_supported() {
+            return Err(Error::FailedPrecondition(
+                "userns_options mode POD: user namespaces are not supported on this node \
+                 (see the log of crius's start for why)"
+                    .into(),
+            ));
+        }
         let meta = config.metadata.clone().unwrap_or_default();
         let name = format!(
             "{}_{}_{}_{}",
@@ -246,12 +257,29 @@ impl Daemon {
             Some(paths.shm.clone())
         };
 
+        let id_maps = crate::spec::pod_id_maps(config)?;
+        let id_maps_root = id_maps.as_ref().and_then(|m| m.host_root());
+        if let Some((uid, gid)) = id_maps_root {
+            // the pod's root owns its /etc files, as it would without a user namespace
+            files::chown(&paths.dir, uid, gid)?;
+        }
         if !record.host_network {
             let dir = paths.netns_dir.clone();
             let nid = id.clone();
-            let netns = tokio::task::spawn_blocking(move || crius_cni::netns::create(&dir, &nid))
-                .await
-                .map_err(|e| Error::internal("create netns", e))??;
+            let (pause, userns_pin) = (self.pause_binary.clone(), paths.userns.clone());
+            let netns = tokio::task::spawn_blocking(move || match id_maps {
+                None => crius_cni::netns::create(&dir, &nid).map_err(Error::from),
+                Some(maps) => {
+                    let holder = crate::userns::HolderProgram {
+                        path: &pause,
+                        args: &[],
+                    };
+                    crate::userns::create_pod_namespaces(holder, &maps, &userns_pin, &dir, &nid)
+                        .map_err(|e| Error::internal("create the pod's user namespace", e))
+                }
+            })
+            .await
+            .map_err(|e| Error::internal("create netns", e))??;
             // Not written to the database yet: teardown derives the netns path and the CNI
             // attachment from the id, so a crash before the final write leaks nothing, and a
             // pod start pays two database syncs instead of four.
@@ -269,6 +297,11 @@ impl Daemon {
         let rootfs = paths.pause_bundle.join("rootfs");
         std::fs::create_dir_all(&rootfs)
             .map_err(|e| Error::internal(format!("create {}", rootfs.display()), e))?;
+        if let Some((uid, gid)) = id_maps_root {
+            // the pause's root makes its mount points in it
+            std::os::unix::fs::chown(&rootfs, Some(uid), Some(gid))
+                .map_err(|e| Error::internal(format!("chown {}", rootfs.display()), e))?;
+        }
         let etc = |name: &str| paths.dir.join(name);
         let (hosts, resolv, hostname_file) = (etc("hosts"), etc("resolv.conf"), etc("hostname"));
         let spec = crate::spec::sandbox_spec(&crate::spec::SandboxSpecInput {
@@ -283,6 +316,9 @@ impl Daemon {
             hosts: Some(&hosts),
             hostname_file: Some(&hostname_file),
             shm_dir: shm.as_deref(),
+            userns_path: Some(&paths.userns)
+                .filter(|p| p.exists())
+                .map(PathBuf::as_path),
         })?;
         write_spec(&paths.pause_bundle, &spec)?;
         shim.create_container(crius_api::shim::CreateContainer {
@@ -383,10 +419,9 @@ impl Daemon {
                 e,
             ));
         }
-        let netns = PodPaths::new(&self.config.state, &record.id)
-            .netns_dir
-            .join(&record.id);
-        crius_cni::netns::remove(&netns)?;
+        let paths = PodPaths::new(&self.config.state, &record.id);
+        crius_cni::netns::remove(&paths.netns_dir.join(&record.id))?;
+        crius_cni::netns::remove(&paths.userns)?;
         Ok(())
     }
 
@@ -425,6 +460,7 @@ impl Daemon {
         let paths = PodPaths::new(&self.config.state, id);
         if !record.host_network {
             crius_cni::netns::remove(&paths.netns_dir.join(id))?;
+            crius_cni::netns::remove(&paths.userns)?;
         }
         mounts::unmount(&paths.shm)?;
         match std::fs::remove_dir_all(&paths.dir) {

@@ -10,6 +10,7 @@ use crius_api::v1::{
 
 use crate::daemon::Daemon;
 use crate::error::Result;
+use crate::util::kernel_at_least;
 
 /// The condition kubelet requires before it runs any pod.
 pub const RUNTIME_READY: &str = "RuntimeReady";
@@ -55,7 +56,8 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
                 // libcontainer applies `rro` with mount_setattr(AT_RECURSIVE): Linux 5.12+
                 // (e2e: tests/tests/security.rs).
                 recursive_read_only_mounts: kernel_at_least(5, 12),
-                user_namespaces: false,
+                // probed at start: see `userns::probe` (e2e: tests/tests/userns.rs)
+                user_namespaces: daemon.userns_supported(),
             }),
         }],
         features: Some(RuntimeFeatures {
@@ -64,28 +66,4 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
             user_namespaces_host_network: false,
         }),
     })
-}
-
-/// Whether the running kernel's release (`/proc/sys/kernel/osrelease`) is at least
-/// `major.minor`; false when it cannot be read.
-fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(a), Some(b)) => (a, b) >= (major, minor),
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn this_kernel_has_mount_setattr() {
-        // the e2e tests run on 6.x
-        assert!(super::kernel_at_least(5, 12));
-        assert!(!super::kernel_at_least(999, 0));
-    }
 }

@@ -43,9 +43,16 @@
 //!   HOST_TO_CONTAINER → `slave`, any BIDIRECTIONAL → `shared`. A PRIVATE bind next to a
 //!   propagating one therefore propagates too.
 //!
+//! # User namespaces
+//! A pod with `userns_options` mode POD joins a user namespace the caller made and pinned
+//! (`SandboxSpecInput::userns_path`, see `crate::userns`), and its containers the pause's; the
+//! specs carry no id mappings (the namespace has them). With the node's network, PID or IPC
+//! namespace the pod is refused, as Kubernetes refuses `hostUsers: false` with them. Mounts
+//! with id mappings are expected already idmapped by the caller (the spec passes their
+//! mappings on, which libcontainer 0.7 ignores).
+//!
 //! # Refused with `InvalidArgument`
-//! - User-namespaced pods (`userns_options` mode POD): see `USER_NAMESPACES`.
-//! - Image volumes (`Mount.image`).
+//! - Image volumes (`Mount.image`) not resolved by the caller to a host path.
 //! - Named AppArmor profiles and SELinux labels (this node has neither LSM; crius applies
 //!   neither yet); `RuntimeDefault`/unconfined run without one.
 
@@ -72,10 +79,11 @@ use crius_api::v1::{
 };
 use oci_spec::runtime::{
     LinuxCpuBuilder, LinuxIdMapping, LinuxNamespace, LinuxNamespaceBuilder, LinuxNamespaceType,
-    LinuxResources, Mount, MountBuilder, Process, Root, RootBuilder, Spec,
+    LinuxResources, MountBuilder, Process, Root, RootBuilder, Spec,
 };
 
 pub use error::{Result, SpecError};
+pub(crate) use mounts::id_mappings;
 pub use resources::resources_to_oci;
 pub use signal::stop_signal;
 
@@ -119,6 +127,8 @@ pub struct SandboxSpecInput<'a> {
     pub hostname_file: Option<&'a Path>,
     /// The pod's `/dev/shm` (a size-limited tmpfs), bind-mounted read-only into the pause.
     pub shm_dir: Option<&'a Path>,
+    /// The pod's pinned user namespace, required when the pod asks for one.
+    pub userns_path: Option<&'a Path>,
 }
 
 /// What a container in a pod needs.
@@ -214,22 +224,6 @@ fn root(path: &Path, readonly: bool) -> Result<Root> {
         .build()?)
 }
 
-/// A read-only bind of the host's /sys, for a user-namespaced pod on the host network (a new
-/// sysfs cannot be mounted there).
-fn sys_bind() -> Result<Mount> {
-    Ok(MountBuilder::default()
-        .destination("/sys")
-        .typ("bind")
-        .source("/sys")
-        .options(
-            ["rbind", "rro", "nosuid", "nodev", "noexec"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>(),
-        )
-        .build()?)
-}
-
 fn sandbox_security(config: &PodSandboxConfig) -> Option<&LinuxSandboxSecurityContext> {
     config.linux.as_ref()?.security_context.as_ref()
 }
@@ -238,29 +232,35 @@ fn container_security(config: &ContainerConfig) -> Option<&LinuxContainerSecurit
     config.linux.as_ref()?.security_context.as_ref()
 }
 
-/// Whether crius runs user-namespaced pods. Off: libcontainer 0.7 has no idmapped mounts
-/// (the rootfs and volumes would show their files as owned by the overflow uid), the pod's
-/// netns is created outside the pod's user namespace (libcontainer then fails the pause with
-/// EPERM joining it, and cannot mount sysfs for it), and on this node a pause in a new user
-/// namespace on the host network fails "failed to prepare rootfs". The spec side below (the
-/// mappings, joining the pause's user namespace, /sys bound from the host, no default masks)
-/// is kept and unit-tested for when that lands.
-const USER_NAMESPACES: bool = false;
-
-fn refuse_userns(ns: Option<&NamespaceOption>) -> Result<()> {
-    if !USER_NAMESPACES && userns(ns)?.is_some() {
+/// The id mappings of the pod's user namespace, `None` when the pod uses the node's. A pod
+/// with its own asks for its own network, PID and IPC namespaces too.
+pub fn pod_id_maps(config: &PodSandboxConfig) -> Result<Option<crate::userns::IdMaps>> {
+    let ns = sandbox_security(config).and_then(|s| s.namespace_options.as_ref());
+    let Some((uids, gids)) = userns(ns)? else {
+        return Ok(None);
+    };
+    for (field, value) in [
+        ("network", ns.map_or(0, |n| n.network)),
+        ("pid", ns.map_or(0, |n| n.pid)),
+        ("ipc", ns.map_or(0, |n| n.ipc)),
+    ] {
+        if mode(value, field)? == NamespaceMode::Node {
+            return Err(SpecError::invalid(format!(
+                "userns_options mode POD cannot be combined with namespace_options {field} NODE"
+            )));
+        }
+    }
+    let maps = crate::userns::IdMaps { uids, gids };
+    if maps.host_root().is_none() {
         return Err(SpecError::invalid(
-            "userns_options mode POD (a pod user namespace, hostUsers: false) is not supported \
-             by crius yet: it needs idmapped mounts, which its runtime library lacks",
+            "userns_options must map container uid and gid 0",
         ));
     }
-    Ok(())
+    Ok(Some(maps))
 }
 
-/// The pause container's spec. A pod asking for its own user namespace is refused (see
-/// `USER_NAMESPACES`).
+/// The pause container's spec.
 pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
-    refuse_userns(sandbox_security(input.config).and_then(|s| s.namespace_options.as_ref()))?;
     build_sandbox_spec(input)
 }
 
@@ -278,7 +278,7 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
     let pid = mode(ns.map_or(0, |n| n.pid), "pid")?;
     let ipc = mode(ns.map_or(0, |n| n.ipc), "ipc")?;
     let host_network = network == NamespaceMode::Node;
-    let userns = userns(ns)?;
+    let userns = pod_id_maps(config)?;
 
     let mut namespaces = vec![namespace(LinuxNamespaceType::Mount, None)?];
     if !host_network {
@@ -295,7 +295,13 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
         namespaces.push(namespace(LinuxNamespaceType::Pid, None)?);
     }
     if userns.is_some() {
-        namespaces.push(namespace(LinuxNamespaceType::User, None)?);
+        let path = input.userns_path.ok_or_else(|| {
+            SpecError::Input("userns_path is required for a pod with a user namespace".into())
+        })?;
+        namespaces.push(namespace(
+            LinuxNamespaceType::User,
+            Some(path.to_path_buf()),
+        )?);
     }
 
     let sysctls = security::check_sysctls(
@@ -345,11 +351,7 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
     process.set_selinux_label(None);
     process.set_oom_score_adj(Some(SANDBOX_OOM_SCORE_ADJ));
 
-    let mut standard = mounts::standard_mounts(false)?;
-    if userns.is_some() && host_network {
-        standard.retain(|m| m.destination() != Path::new("/sys"));
-        standard.push(sys_bind()?);
-    }
+    let standard = mounts::standard_mounts(false)?;
     let files = mounts::PodFiles {
         resolv_conf: input.resolv_conf,
         hosts: input.hosts,
@@ -387,8 +389,9 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
 
     let mut linux = oci_spec::runtime::Linux::default();
     linux.set_namespaces(Some(namespaces));
-    linux.set_uid_mappings(userns.as_ref().map(|u| u.0.clone()));
-    linux.set_gid_mappings(userns.as_ref().map(|u| u.1.clone()));
+    // joined, not made: the namespace has its mappings
+    linux.set_uid_mappings(None);
+    linux.set_gid_mappings(None);
     linux.set_sysctl((!sysctls.is_empty()).then_some(sysctls));
     linux.set_resources(Some(resources));
     linux.set_cgroups_path(Some(PathBuf::from(input.cgroups_path)));
@@ -498,12 +501,8 @@ fn container_namespaces(
     Ok(out)
 }
 
-/// A container's spec. A user namespace is refused, as for the pod (see `USER_NAMESPACES`).
+/// A container's spec.
 pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
-    refuse_userns(
-        sandbox_security(input.sandbox_config).and_then(|s| s.namespace_options.as_ref()),
-    )?;
-    refuse_userns(container_security(input.config).and_then(|s| s.namespace_options.as_ref()))?;
     build_container_spec(input)
 }
 
@@ -535,15 +534,13 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
 
     let pod_ns = pod_sc.and_then(|s| s.namespace_options.as_ref());
     let ns = sc.and_then(|s| s.namespace_options.as_ref()).or(pod_ns);
-    let pod_userns = userns(pod_ns)?;
+    let pod_userns = pod_id_maps(input.sandbox_config)?;
     let userns = userns(ns)?;
-    if userns != pod_userns {
+    if userns.as_ref().map(|(u, g)| (u, g)) != pod_userns.as_ref().map(|m| (&m.uids, &m.gids)) {
         return Err(SpecError::invalid(
             "userns_options of the container differ from the pod's",
         ));
     }
-    let host_network = mode(pod_ns.map_or(0, |n| n.network), "network")? == NamespaceMode::Node;
-
     let image = image::ImageConfig::new(input.image_config);
     let args = process::args(config, &image)?;
     // containerd's rule: a pod without a hostname (host network) sees the node's
@@ -612,10 +609,6 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     overrides.extend(cri_mounts);
     overrides.extend(cdi.mounts);
     let mut standard = mounts::standard_mounts(privileged)?;
-    if userns.is_some() && host_network {
-        standard.retain(|m| m.destination() != Path::new("/sys"));
-        standard.push(sys_bind()?);
-    }
     let joins_pid_ns = matches!(
         mode(ns.map_or(0, |n| n.pid), "pid")?,
         NamespaceMode::Pod | NamespaceMode::Target
@@ -686,8 +679,8 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
 
     let mut linux = oci_spec::runtime::Linux::default();
     linux.set_namespaces(Some(namespaces));
-    linux.set_uid_mappings(userns.as_ref().map(|u| u.0.clone()));
-    linux.set_gid_mappings(userns.as_ref().map(|u| u.1.clone()));
+    linux.set_uid_mappings(None);
+    linux.set_gid_mappings(None);
     linux.set_sysctl(None);
     linux.set_resources(Some(resources));
     linux.set_cgroups_path(Some(PathBuf::from(input.cgroups_path)));

@@ -338,17 +338,22 @@ fn user_namespace_mappings() {
         ns_path(&spec, LinuxNamespaceType::User),
         Some(Some(PathBuf::from("/proc/4242/ns/user")))
     );
-    let linux = spec.linux().as_ref().unwrap();
-    let uids = linux.uid_mappings().clone().unwrap();
-    assert_eq!(
-        (uids[0].host_id(), uids[0].container_id(), uids[0].size()),
-        (100_000, 0, 65536)
-    );
-    assert!(linux.gid_mappings().is_some());
+    // joined, so the namespace's own mappings apply
+    assert!(spec.linux().as_ref().unwrap().uid_mappings().is_none());
 
-    let pause = build_sandbox_spec(&sandbox_input(&sandbox)).unwrap();
-    assert_eq!(ns_path(&pause, LinuxNamespaceType::User), Some(None));
-    assert!(pause.linux().as_ref().unwrap().uid_mappings().is_some());
+    // the pause joins the pinned namespace, which it cannot do without one
+    assert!(matches!(
+        build_sandbox_spec(&sandbox_input(&sandbox)),
+        Err(SpecError::Input(_))
+    ));
+    let mut i = sandbox_input(&sandbox);
+    i.userns_path = Some(Path::new("/run/crius/userns/s1"));
+    let pause = sandbox_spec(&i).unwrap();
+    assert_eq!(
+        ns_path(&pause, LinuxNamespaceType::User),
+        Some(Some(PathBuf::from("/run/crius/userns/s1")))
+    );
+    assert!(pause.linux().as_ref().unwrap().uid_mappings().is_none());
 
     // a container must use the pod's user namespace
     let plain = container(LinuxContainerSecurityContext {
@@ -358,14 +363,8 @@ fn user_namespace_mappings() {
     assert!(build_container_spec(&input(&f, &plain, &sandbox))
         .unwrap_err()
         .is_invalid_argument());
-
-    // Until USER_NAMESPACES is on, the public entry points refuse it by name.
-    let err = sandbox_spec(&sandbox_input(&sandbox)).unwrap_err();
-    assert!(err.is_invalid_argument());
-    assert!(err.to_string().contains("userns_options"), "{err}");
-    assert!(container_spec(&input(&f, &config, &sandbox))
-        .unwrap_err()
-        .is_invalid_argument());
+    let maps = pod_id_maps(&sandbox).unwrap().unwrap();
+    assert_eq!(maps.host_root(), Some((100_000, 100_000)));
 }
 
 #[test]
@@ -594,6 +593,7 @@ fn sandbox_input(config: &PodSandboxConfig) -> SandboxSpecInput<'_> {
         hosts: None,
         hostname_file: None,
         shm_dir: Some(Path::new("/run/crius/s1/shm")),
+        userns_path: None,
     }
 }
 
@@ -782,46 +782,63 @@ fn privileged_pod_pause_is_unconfined_and_unmasked() {
 }
 
 #[test]
-fn user_namespace_on_host_network_binds_sys() {
-    let ns = NamespaceOption {
-        network: NamespaceMode::Node as i32,
-        userns_options: Some(UserNamespace {
-            mode: NamespaceMode::Pod as i32,
-            uids: vec![IdMapping {
-                host_id: 200_000,
-                container_id: 0,
-                length: 65536,
-            }],
-            gids: vec![IdMapping {
-                host_id: 200_000,
-                container_id: 0,
-                length: 65536,
-            }],
-        }),
-        ..Default::default()
-    };
-    let config = pod(ns, false);
-    let mut i = sandbox_input(&config);
-    i.netns_path = None;
-    let spec = build_sandbox_spec(&i).unwrap();
-    let sys = spec
-        .mounts()
-        .clone()
-        .unwrap()
-        .into_iter()
-        .find(|m| m.destination() == Path::new("/sys"))
-        .unwrap();
-    assert_eq!(sys.typ().as_deref(), Some("bind"));
-    assert!(sys.options().clone().unwrap().contains(&"rro".to_string()));
-    // an unmasked /proc is what kubelet asks for with empty lists in a user namespace
-    assert!(spec
-        .linux()
-        .as_ref()
-        .unwrap()
-        .masked_paths()
-        .as_ref()
-        .unwrap()
-        .is_empty());
+fn user_namespace_with_node_namespaces_is_refused() {
+    let userns = Some(UserNamespace {
+        mode: NamespaceMode::Pod as i32,
+        uids: vec![IdMapping {
+            host_id: 200_000,
+            container_id: 0,
+            length: 65536,
+        }],
+        gids: vec![IdMapping {
+            host_id: 200_000,
+            container_id: 0,
+            length: 65536,
+        }],
+    });
+    for (field, ns) in [
+        (
+            "network",
+            NamespaceOption {
+                network: NamespaceMode::Node as i32,
+                userns_options: userns.clone(),
+                ..Default::default()
+            },
+        ),
+        (
+            "pid",
+            NamespaceOption {
+                pid: NamespaceMode::Node as i32,
+                userns_options: userns.clone(),
+                ..Default::default()
+            },
+        ),
+        (
+            "ipc",
+            NamespaceOption {
+                ipc: NamespaceMode::Node as i32,
+                userns_options: userns.clone(),
+                ..Default::default()
+            },
+        ),
+    ] {
+        let config = pod(ns, false);
+        let err = pod_id_maps(&config).unwrap_err();
+        assert!(err.is_invalid_argument());
+        assert!(err.to_string().contains(&format!("{field} NODE")), "{err}");
+    }
+    // without mappings
+    let config = pod(
+        NamespaceOption {
+            userns_options: Some(UserNamespace {
+                mode: NamespaceMode::Pod as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        false,
+    );
+    assert!(pod_id_maps(&config).unwrap_err().is_invalid_argument());
 }
 
 #[test]

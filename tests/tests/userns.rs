@@ -1,0 +1,342 @@
+//! User-namespaced pods (`hostUsers: false`) and image volumes end to end: what a container in a
+//! pod with its own user namespace sees of itself, its rootfs and its volumes, what the host
+//! sees of it, and read-only image volumes. Real crius, registry, CNI and containers. Run as
+//! root.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+
+use common::{assert_status, Env};
+use crius_api::v1::*;
+use crius_tests::images::{self, TestImage};
+use crius_tests::TestDir;
+use tonic::Code;
+
+/// Host id of the pod's root; the pod maps 65536 ids from here.
+const HOST_BASE: u32 = 300_000;
+
+fn mapping(host: u32) -> Vec<IdMapping> {
+    vec![IdMapping {
+        host_id: host,
+        container_id: 0,
+        length: 65536,
+    }]
+}
+
+fn userns(host: u32) -> UserNamespace {
+    UserNamespace {
+        mode: NamespaceMode::Pod as i32,
+        uids: mapping(host),
+        gids: mapping(host),
+    }
+}
+
+fn namespace_options(config: &mut PodSandboxConfig) -> &mut NamespaceOption {
+    config
+        .linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options
+        .get_or_insert_with(Default::default)
+}
+
+fn container_userns(config: &mut ContainerConfig, ns: UserNamespace) {
+    config
+        .linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options
+        .get_or_insert_with(Default::default)
+        .userns_options = Some(ns);
+}
+
+/// ExecSync `sh -c script`, asserting success; returns stdout trimmed.
+async fn sh(env: &Env, id: &str, script: &str) -> String {
+    let out = env.exec(id, &["sh", "-c", script], 10).await.unwrap();
+    assert_eq!(
+        out.exit_code,
+        0,
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The first (real) uid of `/proc/<pid>/status`.
+fn host_uid(pid: i32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn user_namespaced_pod() {
+    let mut env = Env::with_image(88).await;
+
+    // advertised for the default handler
+    let status = env
+        .rt()
+        .status(StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    let features = status.runtime_handlers[0].features.unwrap();
+    assert!(features.user_namespaces, "{status:?}");
+
+    // bad requests: root unmapped, node namespaces, no mappings
+    for (what, edit) in [
+        (
+            "userns_options must map container uid and gid 0",
+            Box::new(|c: &mut PodSandboxConfig| {
+                let mut u = userns(HOST_BASE);
+                u.uids[0].container_id = 1;
+                namespace_options(c).userns_options = Some(u);
+            }) as Box<dyn Fn(&mut PodSandboxConfig)>,
+        ),
+        (
+            "network NODE",
+            Box::new(|c: &mut PodSandboxConfig| {
+                namespace_options(c).network = NamespaceMode::Node as i32;
+                namespace_options(c).userns_options = Some(userns(HOST_BASE));
+            }),
+        ),
+        (
+            "needs uid and gid mappings",
+            Box::new(|c: &mut PodSandboxConfig| {
+                namespace_options(c).userns_options = Some(UserNamespace {
+                    mode: NamespaceMode::Pod as i32,
+                    ..Default::default()
+                });
+            }),
+        ),
+    ] {
+        let mut config = env.pod_config("userns-bad", false);
+        edit(&mut config);
+        let got = env
+            .rt()
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await;
+        assert_status(got, Code::InvalidArgument, &[what]);
+    }
+
+    let mut config = env.pod_config("userns", false);
+    namespace_options(&mut config).userns_options = Some(userns(HOST_BASE));
+    let pod = env.run_pod(config.clone()).await;
+    let pin = env.crius.state().join("userns").join(&pod);
+    assert!(pin.exists(), "user namespace pin {}", pin.display());
+
+    // a volume owned by host root, seen through the pod's mapping, and one seen without
+    let vol = TestDir::new("userns-vol").unwrap();
+    std::fs::write(vol.join("owned-by-host-root"), "x").unwrap();
+    let mut c = env.container_config("app", &["sleep", "3600"]);
+    container_userns(&mut c, userns(HOST_BASE));
+    c.mounts = vec![
+        Mount {
+            container_path: "/vol".into(),
+            host_path: vol.path().display().to_string(),
+            uid_mappings: mapping(HOST_BASE),
+            gid_mappings: mapping(HOST_BASE),
+            ..Default::default()
+        },
+        Mount {
+            container_path: "/plain".into(),
+            host_path: vol.path().display().to_string(),
+            ..Default::default()
+        },
+    ];
+    let id = env.create_start(&pod, &config, c).await;
+
+    // root inside, the mapped id outside
+    assert_eq!(sh(&env, &id, "id -u; id -g").await, "0\n0");
+    assert_eq!(
+        sh(&env, &id, "cat /proc/self/uid_map")
+            .await
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["0", &HOST_BASE.to_string(), "65536"]
+    );
+    assert_eq!(host_uid(env.pid(&id).await), HOST_BASE);
+
+    // the image's files are root's, and what root writes is the mapped id on the host
+    assert_eq!(
+        sh(&env, &id, "stat -c %u:%g /bin/busybox /etc").await,
+        "0:0\n0:0"
+    );
+    assert_eq!(
+        sh(&env, &id, "echo hi > /made && stat -c %u /made").await,
+        "0"
+    );
+    let upper = env.crius.root().join("containers").join(&id).join("upper");
+    assert_eq!(
+        std::fs::metadata(upper.join("made")).unwrap().uid(),
+        HOST_BASE
+    );
+    // a copied-up file keeps root's ownership
+    assert_eq!(
+        sh(&env, &id, "echo x >> /etc/passwd && stat -c %u /etc/passwd").await,
+        "0"
+    );
+    assert_eq!(
+        std::fs::metadata(upper.join("etc/passwd")).unwrap().uid(),
+        HOST_BASE
+    );
+
+    // the idmapped volume: host root's file is root's, root's new file is host root's
+    assert_eq!(
+        sh(&env, &id, "stat -c %u /vol/owned-by-host-root").await,
+        "0"
+    );
+    sh(&env, &id, "echo y > /vol/from-pod").await;
+    assert_eq!(std::fs::metadata(vol.join("from-pod")).unwrap().uid(), 0);
+    // without the mapping the same files belong to nobody
+    assert_eq!(
+        sh(&env, &id, "stat -c %u /plain/owned-by-host-root").await,
+        "65534"
+    );
+    // the pod's files are root's; sysfs and the pod network are its own
+    assert_eq!(
+        sh(&env, &id, "stat -c %u /etc/hosts /etc/resolv.conf").await,
+        "0\n0"
+    );
+    assert_eq!(
+        sh(&env, &id, "cat /sys/class/net/lo/operstate").await,
+        "unknown"
+    );
+    let ip = env.pod_status(&pod).await.network.unwrap().ip;
+    assert!(ip.starts_with(&env.subnet_prefix()), "pod ip {ip}");
+    assert!(sh(&env, &id, "ip addr show eth0").await.contains(&ip));
+
+    // a container must use the pod's mapping
+    let mut other = env.container_config("other-mapping", &["true"]);
+    container_userns(&mut other, userns(HOST_BASE + 65536));
+    let got = env
+        .rt()
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(other),
+            sandbox_config: Some(config.clone()),
+        })
+        .await;
+    assert_status(got, Code::InvalidArgument, &["userns_options"]);
+
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+    assert!(vol.join("owned-by-host-root").exists(), "volume files kept");
+    env.stop_pod(&pod).await;
+    assert!(!pin.exists(), "user namespace pin left after stop");
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn image_volumes() {
+    let mut env = Env::with_image(89).await;
+    let multi = images::push(&env.registry, TestImage::MultiLayer).unwrap();
+    env.pull(&multi.reference).await;
+    let config = env.pod_config("imgvol", false);
+    let pod = env.run_pod(config.clone()).await;
+
+    let image_mount = |path: &str, image: &str, sub: &str| Mount {
+        container_path: path.into(),
+        image: Some(ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        image_sub_path: sub.into(),
+        readonly: true,
+        ..Default::default()
+    };
+    let mut c = env.container_config("reader", &["sleep", "3600"]);
+    c.mounts = vec![
+        // one layer: a read-only bind; several: a read-only overlay
+        image_mount("/single", &env.image, ""),
+        image_mount("/multi", &multi.reference, ""),
+        image_mount("/etc-only", &env.image, "etc"),
+    ];
+    let id = env.create_start(&pod, &config, c).await;
+    assert_eq!(
+        sh(&env, &id, "test -x /single/bin/busybox && echo ok").await,
+        "ok"
+    );
+    assert_eq!(
+        sh(&env, &id, "test -x /multi/bin/busybox && echo ok").await,
+        "ok"
+    );
+    assert!(sh(&env, &id, "cat /etc-only/passwd")
+        .await
+        .contains("root:"));
+    for dir in ["/single", "/multi", "/etc-only"] {
+        let out = env
+            .exec(&id, &["sh", "-c", &format!("touch {dir}/x")], 10)
+            .await
+            .unwrap();
+        assert_ne!(out.exit_code, 0, "{dir} is writable");
+    }
+
+    // bad requests
+    for (mount, code, what) in [
+        (
+            image_mount("/m", "127.0.0.1:1/crius-test/absent:latest", ""),
+            Code::NotFound,
+            "absent",
+        ),
+        (
+            image_mount("/m", &env.image, "../.."),
+            Code::InvalidArgument,
+            "image_sub_path",
+        ),
+        (
+            image_mount("/m", &env.image, "no/such/dir"),
+            Code::InvalidArgument,
+            "does not exist",
+        ),
+    ] {
+        let mut c = env.container_config("bad-volume", &["true"]);
+        c.mounts = vec![mount];
+        let got = env
+            .rt()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(c),
+                sandbox_config: Some(config.clone()),
+            })
+            .await;
+        assert_status(got, code, &[what]);
+    }
+
+    // the container's lease keeps the volume's layers after RemoveImage
+    env.crius
+        .image()
+        .remove_image(RemoveImageRequest {
+            image: Some(ImageSpec {
+                image: multi.reference.clone(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        sh(&env, &id, "test -x /multi/bin/busybox && echo ok").await,
+        "ok"
+    );
+
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -929,6 +929,40 @@ mod tests {
     }
 
     #[test]
+    fn streaming_ops_wire_format() {
+        let req: Request = serde_json::from_str(
+            r#"{"v":1,"op":{"type":"attach","id":"c1","stdin":true,"stdout":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            req.op,
+            Op::Attach(Attach {
+                id: "c1".into(),
+                stdin: true,
+                stdout: true,
+                stderr: false
+            })
+        );
+        let streams = Response::Ok(Reply::Streams(Streams {
+            pid: 42,
+            tty: true,
+            fds: vec![StreamFd::Stdin, StreamFd::Stdout, StreamFd::Pty],
+        }));
+        assert_eq!(
+            serde_json::to_string(&streams).unwrap(),
+            r#"{"ok":{"type":"streams","pid":42,"tty":true,"fds":["stdin","stdout","pty"]}}"#
+        );
+        let exited = Response::Ok(Reply::ProcessExited {
+            exit_code: 3,
+            signal: None,
+        });
+        assert_eq!(
+            serde_json::to_string(&exited).unwrap(),
+            r#"{"ok":{"type":"process_exited","exit_code":3,"signal":null}}"#
+        );
+    }
+
+    #[test]
     fn oversized_frame_is_rejected() {
         let prefix = ((MAX_FRAME + 1) as u32).to_be_bytes();
         assert!(matches!(

@@ -65,8 +65,8 @@ async fn forward(out: Out, error: Incoming, data: Incoming, pod: String, netns: 
         .filter(|p| *p > 0);
     let Some(port) = port else {
         let message = "port-forward: the data stream names no valid port";
-        out.data_fin(error.id, message.as_bytes()).await;
         out.fin(data.id).await;
+        out.data_fin(error.id, message.as_bytes()).await;
         return;
     };
     let tcp = match connect(port, netns.as_deref()).await {
@@ -76,8 +76,8 @@ async fn forward(out: Out, error: Incoming, data: Incoming, pod: String, netns: 
                 "failed to connect to localhost:{port} inside the network of pod {pod}: {e}"
             );
             tracing::debug!("{message}");
-            out.data_fin(error.id, message.as_bytes()).await;
             out.fin(data.id).await;
+            out.data_fin(error.id, message.as_bytes()).await;
             return;
         }
     };
@@ -109,6 +109,8 @@ async fn forward(out: Out, error: Incoming, data: Incoming, pod: String, netns: 
                 }
             }
         }
+        // The client waits for this end before it lets the connection go.
+        out2.fin(data_id).await;
     };
     let reset_seen = async move {
         loop {
@@ -122,9 +124,8 @@ async fn forward(out: Out, error: Incoming, data: Incoming, pod: String, netns: 
     };
     tokio::select! {
         _ = async { tokio::join!(to_pod, to_client) } => {}
-        _ = reset_seen => {}
+        _ = reset_seen => out.fin(data_id).await,
     }
-    out.fin(data_id).await;
     out.fin(error.id).await;
 }
 

@@ -190,14 +190,12 @@ async fn run(out: &Out, ch: &mut Channels, target: &Target) -> Outcome {
         _ => None,
     };
     let attach_stdin = target.attach && stdin_task.is_some();
-    let outcome = loop {
-        tokio::select! {
-            answer = shim.next() => break exit_of(answer),
-            Some(()) = stdin_done.recv(), if attach_stdin => {
-                // The client's stdin ended: detach (for a stdin_once container the shim then
-                // closes its stdin).
-                break Outcome::Exited(0);
-            }
+    let outcome = tokio::select! {
+        answer = shim.next() => exit_of(answer),
+        Some(()) = stdin_done.recv(), if attach_stdin => {
+            // The client's stdin ended: detach (for a stdin_once container the shim then
+            // closes its stdin).
+            Outcome::Exited(0)
         }
     };
     let outcome = match (outcome, target.attach) {

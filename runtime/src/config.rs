@@ -40,8 +40,13 @@ bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
 plugin_timeout_secs = 60
 
 [cgroup]
-# Who manages pod and container cgroups: "cgroupfs" ("systemd" is refused: not built in yet).
+# Who manages pod and container cgroups: "cgroupfs" (crius writes /sys/fs/cgroup itself) or
+# "systemd" (each container in a transient scope crius-<id>.scope in the pod's slice, as
+# kubelet's cgroupDriver = "systemd" expects; crius refuses to start when systemd does not
+# answer at systemd_socket). Must match kubelet's cgroupDriver.
 driver = "cgroupfs"
+# systemd's private D-Bus socket, used by the "systemd" driver.
+systemd_socket = "/run/systemd/private"
 
 [runtime]
 # The per-pod shim binary; empty means crius-shim next to the crius binary.
@@ -107,6 +112,7 @@ pub struct CniConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct CgroupConfig {
     pub driver: CgroupDriver,
+    pub systemd_socket: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -164,6 +170,7 @@ impl Default for CgroupConfig {
     fn default() -> Self {
         CgroupConfig {
             driver: CgroupDriver::Cgroupfs,
+            systemd_socket: PathBuf::from("/run/systemd/private"),
         }
     }
 }

@@ -60,7 +60,7 @@ impl Daemon {
     /// Opens the database and the image store under `config.root` and prepares the state
     /// directory.
     pub fn open(config: Config) -> anyhow::Result<Arc<Daemon>> {
-        crate::cgroups::check_driver(config.cgroup.driver)?;
+        crate::cgroups::init(&config.cgroup)?;
         std::fs::create_dir_all(&config.state)
             .with_context(|| format!("create state directory {}", config.state.display()))?;
         let store = Store::open(&config.root)?;

@@ -10,10 +10,21 @@
 //! kernel interface differs between cgroup v1 ([`v1`], one hierarchy per controller) and v2
 //! ([`v2`], one unified tree); [`Hierarchy`] is whichever this host has, found at start from
 //! the mount table: v2 when `/sys/fs/cgroup` itself is cgroup2, else v1 (a hybrid host's
-//! `/sys/fs/cgroup/unified` carries no controllers). With the `systemd` driver, OCI cgroup paths
-//! take systemd's `slice:prefix:name` form ([`systemd`]), which [`fs_path`] turns back into a
-//! cgroupfs path for reading and writing files.
+//! `/sys/fs/cgroup/unified` carries no controllers).
+//!
+//! With the `systemd` driver ([`init`] connects to systemd at start) the pod cgroup is the
+//! pod's slice and each container, the pause container included, runs in a transient scope
+//! `crius-<id>.scope` in it ([`systemd`]). libcontainer still creates the container's cgroup
+//! directories, under the scope's path, and writes its limits; [`attach`] then makes the scope
+//! over D-Bus with that process and the same limits, and moves the process back into the
+//! directories of the controllers systemd does not manage (on v1 it moves a new scope's
+//! processes to its parent's cgroup there: devices, cpuset, …). Limits are written to cgroupfs
+//! as with cgroupfs, and also set as unit properties, so systemd keeps them when it re-applies
+//! its own. Records hold cgroupfs paths with either driver; [`fs_path`] still reads systemd's
+//! `slice:prefix:name` and slice names.
 
+pub mod dbus;
+pub mod manager;
 pub mod systemd;
 pub mod v1;
 pub mod v2;
@@ -25,7 +36,7 @@ use std::sync::OnceLock;
 
 use crius_api::v1::{LinuxContainerResources, PodSandboxConfig};
 
-use crate::config::CgroupDriver;
+use crate::config::{CgroupConfig, CgroupDriver};
 
 /// Parent of the pod cgroups crius owns itself.
 pub const CRIUS_PARENT: &str = "/crius";
@@ -60,6 +71,24 @@ pub enum CgroupError {
     Detect(String),
     #[error("cgroup path {path:?}: {reason}")]
     BadPath { path: String, reason: &'static str },
+    #[error(
+        "cgroup driver \"systemd\": systemd does not answer at {} (is systemd the init \
+         system? if not, set [cgroup] driver = \"cgroupfs\", and kubelet's cgroupDriver to match)",
+        socket.display()
+    )]
+    SystemdUnreachable {
+        socket: PathBuf,
+        #[source]
+        source: dbus::DbusError,
+    },
+    #[error("systemd unit {unit}")]
+    Systemd {
+        unit: String,
+        #[source]
+        source: dbus::DbusError,
+    },
+    #[error("systemd unit {unit}: start job ended {result:?}")]
+    UnitStart { unit: String, result: String },
 }
 
 pub type Result<T> = std::result::Result<T, CgroupError>;
@@ -93,43 +122,99 @@ impl From<CgroupError> for crate::error::Error {
     }
 }
 
-/// The pod cgroup: the one kubelet sent, else crius's own.
-pub fn pod_cgroup(cgroup_parent: &str, pod_id: &str) -> String {
-    if cgroup_parent.is_empty() {
-        format!("{CRIUS_PARENT}/{pod_id}")
-    } else if cgroup_parent.starts_with('/') {
-        cgroup_parent.trim_end_matches('/').to_string()
-    } else {
-        format!("/{}", cgroup_parent.trim_end_matches('/'))
+/// Who manages pod and container cgroups in this process, set once at start by [`init`];
+/// cgroupfs until then (and in unit tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Driver {
+    Cgroupfs,
+    Systemd(manager::Systemd),
+}
+
+static DRIVER: OnceLock<Driver> = OnceLock::new();
+
+/// The driver [`init`] set up.
+pub fn driver() -> &'static Driver {
+    DRIVER.get_or_init(|| Driver::Cgroupfs)
+}
+
+/// Sets up the configured driver; call once at start, before any pod. With `systemd` this
+/// connects to systemd's manager at `[cgroup] systemd_socket`: when nothing answers there
+/// crius refuses to start, naming the socket, rather than fail on every pod.
+pub fn init(config: &CgroupConfig) -> Result<()> {
+    let d = match config.driver {
+        CgroupDriver::Cgroupfs => Driver::Cgroupfs,
+        CgroupDriver::Systemd => {
+            let sd = manager::Systemd::connect(&config.systemd_socket)?;
+            tracing::info!(
+                socket = %config.systemd_socket.display(),
+                root = %sd.root(),
+                "cgroup driver systemd"
+            );
+            Driver::Systemd(sd)
+        }
+    };
+    match DRIVER.set(d.clone()) {
+        Ok(()) => Ok(()),
+        Err(_) if *driver() == d => Ok(()),
+        Err(_) => Err(CgroupError::Invalid(
+            "the cgroup driver was already set up differently in this process".to_string(),
+        )),
     }
 }
 
-/// A container's cgroup below its pod's.
-pub fn container_cgroup(pod_cgroup: &str, container_id: &str) -> String {
-    format!("{}/{}", pod_cgroup.trim_end_matches('/'), container_id)
+/// The pod cgroup (a cgroupfs path) for kubelet's `cgroup_parent`: with cgroupfs the parent
+/// itself, else crius's own `/crius/<pod-id>`; with systemd the parent's slice expanded (kubelet
+/// sends `kubepods-besteffort-pod<uid>.slice`), else `crius-<pod-id>.slice` in `crius.slice`,
+/// below systemd's root cgroup. A parent that is no slice is refused under systemd.
+pub fn pod_cgroup(cgroup_parent: &str, pod_id: &str) -> Result<String> {
+    pod_cgroup_with(driver(), cgroup_parent, pod_id)
 }
 
-/// The pod cgroup under `driver`: with cgroupfs as [`pod_cgroup`]; with systemd the pod's
-/// slice name (kubelet's `kubepods-besteffort-pod<uid>.slice`, or `crius-<pod-id>.slice` when
-/// the client sent no parent).
-pub fn pod_cgroup_for(driver: CgroupDriver, cgroup_parent: &str, pod_id: &str) -> Result<String> {
+pub(crate) fn pod_cgroup_with(
+    driver: &Driver,
+    cgroup_parent: &str,
+    pod_id: &str,
+) -> Result<String> {
     match driver {
-        CgroupDriver::Cgroupfs => Ok(pod_cgroup(cgroup_parent, pod_id)),
-        CgroupDriver::Systemd => systemd::pod_slice(cgroup_parent, pod_id),
+        Driver::Cgroupfs if cgroup_parent.is_empty() => Ok(format!("{CRIUS_PARENT}/{pod_id}")),
+        Driver::Cgroupfs => {
+            let path = format!("/{}", cgroup_parent.trim_matches('/'));
+            if path.split('/').any(|c| c == "..") {
+                return Err(CgroupError::BadPath {
+                    path: cgroup_parent.to_string(),
+                    reason: "`..` is not allowed",
+                });
+            }
+            Ok(path)
+        }
+        Driver::Systemd(sd) => {
+            let slice = systemd::pod_slice(cgroup_parent, pod_id)?;
+            Ok(format!("{}{}", sd.root(), systemd::expand_slice(&slice)?))
+        }
     }
 }
 
-/// The OCI `linux.cgroupsPath` of a container (or the pause container) of a pod whose cgroup
-/// is `pod_cgroup` (as [`pod_cgroup_for`] gave it): a cgroupfs path, or `slice:crius:<id>` as
-/// containerd writes it for libcontainer's systemd manager.
+/// A container's cgroup below its pod's: `<pod>/<id>` with cgroupfs, as containerd lays them
+/// out; `<pod slice>/crius-<id>.scope` with systemd.
+pub fn container_cgroup(pod_cgroup: &str, container_id: &str) -> String {
+    let driver = match driver() {
+        Driver::Cgroupfs => CgroupDriver::Cgroupfs,
+        Driver::Systemd(_) => CgroupDriver::Systemd,
+    };
+    container_cgroups_path(driver, pod_cgroup, container_id)
+}
+
+/// [`container_cgroup`] under `driver`: the OCI `linux.cgroupsPath` of a container (or the pause
+/// container) of a pod whose cgroup is `pod_cgroup`, a cgroupfs path with either driver.
 pub fn container_cgroups_path(
     driver: CgroupDriver,
     pod_cgroup: &str,
     container_id: &str,
 ) -> String {
+    let pod = pod_cgroup.trim_end_matches('/');
     match driver {
-        CgroupDriver::Cgroupfs => container_cgroup(pod_cgroup, container_id),
-        CgroupDriver::Systemd => systemd::container_path(pod_cgroup, container_id),
+        CgroupDriver::Cgroupfs => format!("{pod}/{container_id}"),
+        CgroupDriver::Systemd => format!("{pod}/{}", systemd::scope_name(container_id)),
     }
 }
 
@@ -159,26 +244,98 @@ pub fn fs_path(cgroup: &str) -> Result<String> {
     })
 }
 
-/// Whether crius can run with `driver`. Creating cgroups through systemd needs libcontainer's
-/// `systemd` feature (D-Bus calls to systemd), which this build does not enable, and the shim
-/// refuses non-absolute cgroup paths: the daemon should refuse to start with this error rather
-/// than fail on every pod.
-pub fn check_driver(driver: CgroupDriver) -> Result<()> {
-    match driver {
-        CgroupDriver::Cgroupfs => Ok(()),
-        CgroupDriver::Systemd => Err(CgroupError::Invalid(
-            "cgroup driver \"systemd\" is not supported by this build: creating cgroups \
-             through systemd needs libcontainer's systemd feature, which is not enabled; \
-             set [cgroup] driver = \"cgroupfs\" (and kubelet's cgroupDriver to match)"
-                .to_string(),
-        )),
+/// Whether crius created this pod cgroup (and so must remove it): `/crius/<pod-id>`, or a
+/// `crius-<pod-id>.slice` (by name or path) inside `crius.slice`.
+pub fn owned_by_crius(pod_cgroup: &str) -> bool {
+    if pod_cgroup.starts_with(&format!("{CRIUS_PARENT}/")) {
+        return true;
+    }
+    let mut parts = pod_cgroup.trim_end_matches('/').rsplit('/');
+    let last = parts.next().unwrap_or("");
+    let own_slice = last.starts_with(systemd::CRIUS_SLICE_PREFIX) && last.ends_with(".slice");
+    match parts.next() {
+        None => own_slice,
+        Some(parent) => own_slice && parent == "crius.slice",
     }
 }
 
-/// Whether crius created this pod cgroup (and so must remove it).
-pub fn owned_by_crius(pod_cgroup: &str) -> bool {
-    pod_cgroup.starts_with(&format!("{CRIUS_PARENT}/"))
-        || (pod_cgroup.starts_with(systemd::CRIUS_SLICE_PREFIX) && pod_cgroup.ends_with(".slice"))
+/// The systemd unit crius made for this cgroup, when the driver is systemd: a container's
+/// `crius-<id>.scope`, or a pod slice crius owns (kubelet's slices are kubelet's).
+fn own_unit(cgroup: &str) -> Option<(&'static manager::Systemd, &str)> {
+    let Driver::Systemd(sd) = driver() else {
+        return None;
+    };
+    let unit = systemd::unit_of(cgroup)?;
+    let ours = if unit.ends_with(".scope") {
+        unit.starts_with(&format!("{}-", systemd::SCOPE_PREFIX))
+    } else {
+        owned_by_crius(cgroup)
+    };
+    ours.then_some((sd, unit))
+}
+
+/// With the systemd driver: puts the just-created container `id` (its init process `pid`,
+/// not yet started) of the pod whose cgroup is `pod_cgroup` into its transient scope, made in
+/// the pod's slice (and the pod's own slice first, when crius owns it) with the limits
+/// libcontainer wrote. Call it right after the shim created the container, before it starts.
+/// Nothing to do with cgroupfs.
+pub async fn attach(pod_cgroup: &str, id: &str, pid: i32) -> Result<()> {
+    let Driver::Systemd(sd) = driver() else {
+        return Ok(());
+    };
+    let pid = u32::try_from(pid)
+        .map_err(|_| CgroupError::Invalid(format!("container {id}: no process (pid {pid})")))?;
+    let (pod, id) = (pod_cgroup.to_string(), id.to_string());
+    tokio::task::spawn_blocking(move || attach_scope(sd, &pod, &id, pid))
+        .await
+        .map_err(|e| CgroupError::Invalid(format!("attach to systemd: {e}")))?
+}
+
+fn attach_scope(sd: &manager::Systemd, pod_cgroup: &str, id: &str, pid: u32) -> Result<()> {
+    let hierarchy = Hierarchy::host()?;
+    let mode = hierarchy.mode();
+    let cgroup = container_cgroups_path(CgroupDriver::Systemd, pod_cgroup, id);
+    let slice = systemd::unit_of(pod_cgroup)
+        .filter(|u| u.ends_with(".slice"))
+        .ok_or_else(|| CgroupError::BadPath {
+            path: pod_cgroup.to_string(),
+            reason: "the systemd driver needs a pod slice",
+        })?;
+    if owned_by_crius(pod_cgroup) {
+        let pod_id = slice
+            .trim_start_matches(systemd::CRIUS_SLICE_PREFIX)
+            .trim_end_matches(".slice");
+        sd.start_transient(slice, &systemd::slice_properties(pod_id, mode), true)?;
+    }
+    // What libcontainer wrote from the spec; the scope gets the same values.
+    let limits = hierarchy.read(&cgroup)?;
+    let scope = systemd::scope_name(id);
+    let props = systemd::scope_properties(id, slice, pid, &limits, mode)?;
+    sd.start_transient(&scope, &props, false)?;
+    rejoin(&cgroup, pid)?;
+    // systemd wrote its values (and defaults for what it was not told) into the controllers
+    // it manages: put libcontainer's back, the ones systemd cannot express included.
+    hierarchy.apply_files(&cgroup, &limits)
+}
+
+/// Moves `pid` into `cgroup` in every hierarchy where that cgroup exists (libcontainer made
+/// them): systemd puts a scope's processes into the scope only for the controllers it manages
+/// and into the nearest ancestor it manages for the others.
+fn rejoin(cgroup: &str, pid: u32) -> Result<()> {
+    let rel = fs_path(cgroup)?;
+    let rel = rel.trim_start_matches('/');
+    for h in hierarchies() {
+        let procs = h.join(rel).join("cgroup.procs");
+        if !procs.exists() {
+            continue;
+        }
+        write_file(&procs, &pid.to_string()).map_err(|source| CgroupError::Write {
+            path: procs.clone(),
+            value: pid.to_string(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 /// Every cgroup hierarchy mounted on this host (each v1 controller and the v2 tree).
@@ -260,12 +417,19 @@ fn unescape_mount_path(s: &str) -> String {
 /// Removes `cgroup` (an absolute cgroup path, or a systemd name [`fs_path`] expands) and
 /// everything below it in every hierarchy, leaf first. A cgroup that still has processes cannot
 /// be removed: that is reported, the rest is still removed. Missing directories are fine.
+/// With the systemd driver the unit crius made for it (a container's scope, a pod slice crius
+/// owns) is stopped first; systemd forgets a transient unit once it is stopped.
 pub fn remove(cgroup: &str) -> std::result::Result<(), std::io::Error> {
     let path = fs_path(cgroup)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let rel = path.trim_start_matches('/');
     if rel.is_empty() {
         return Ok(());
+    }
+    if let Some((sd, unit)) = own_unit(&path) {
+        if let Err(e) = sd.stop(unit) {
+            tracing::warn!("stop {unit}: {}", crate::error::chain(&e));
+        }
     }
     let mut first_err = None;
     for h in hierarchies() {
@@ -400,7 +564,24 @@ impl Hierarchy {
     /// refuses a value the files already written get their old values back. Zero and empty
     /// fields are left as they are (CRI's "not set"); `oom_score_adj` is a process setting and
     /// is ignored here.
+    ///
+    /// With the systemd driver the unit crius made for the cgroup (a container's scope, a pod
+    /// slice crius owns) gets the same values as properties afterwards, so that systemd keeps
+    /// them; the files hold them already, so a refusal there is only logged.
     pub fn apply(&self, cgroup: &str, r: &LinuxContainerResources) -> Result<()> {
+        self.apply_files(cgroup, r)?;
+        if let Some((sd, unit)) = own_unit(cgroup) {
+            let synced = systemd::resource_properties(r, self.mode())
+                .and_then(|props| sd.set_properties(unit, &props));
+            if let Err(e) = synced {
+                tracing::warn!("set the properties of {unit}: {}", crate::error::chain(&e));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Hierarchy::apply`] to the cgroup files only.
+    pub fn apply_files(&self, cgroup: &str, r: &LinuxContainerResources) -> Result<()> {
         validate(r, self.mode())?;
         if !self.exists(cgroup) {
             return Err(CgroupError::NotFound(cgroup.to_string()));
@@ -786,12 +967,17 @@ mod tests {
 
     #[test]
     fn pod_cgroup_from_parent_or_own() {
-        assert_eq!(pod_cgroup("", "abc"), "/crius/abc");
+        let fs = Driver::Cgroupfs;
+        assert_eq!(pod_cgroup_with(&fs, "", "abc").unwrap(), "/crius/abc");
         assert_eq!(
-            pod_cgroup("/kubepods/besteffort/pod1/", "abc"),
+            pod_cgroup_with(&fs, "/kubepods/besteffort/pod1/", "abc").unwrap(),
             "/kubepods/besteffort/pod1"
         );
-        assert_eq!(pod_cgroup("kubepods/pod1", "abc"), "/kubepods/pod1");
+        assert_eq!(
+            pod_cgroup_with(&fs, "kubepods/pod1", "abc").unwrap(),
+            "/kubepods/pod1"
+        );
+        assert!(pod_cgroup_with(&fs, "/kubepods/../etc", "abc").is_err());
         assert_eq!(container_cgroup("/crius/abc", "c1"), "/crius/abc/c1");
         assert!(owned_by_crius("/crius/abc"));
         assert!(!owned_by_crius("/kubepods/pod1"));

@@ -336,6 +336,7 @@ impl Daemon {
                 log_path: record.log_path.clone(),
             })
             .await?;
+        cgroups::attach(&pod.cgroup, &id, pid).await?;
         record.pid = u32::try_from(pid).ok();
         record.state = ContainerState::Created;
         self.containers.put(&self.store, &id, record)?;

@@ -180,6 +180,12 @@ impl Daemon {
             meta.name, meta.namespace, meta.uid, meta.attempt
         );
         let id = new_id();
+        let cgroup_parent = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.as_str())
+            .unwrap_or("");
+        let cgroup = cgroups::pod_cgroup(cgroup_parent, &id)?;
         if let Some(holder) = self.store.reserve_name(&name, &id)? {
             return Err(Error::AlreadyExists(format!(
                 "pod sandbox name {name:?} is reserved for {holder}"
@@ -195,11 +201,6 @@ impl Daemon {
         } else {
             config.hostname.clone()
         };
-        let cgroup_parent = config
-            .linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.as_str())
-            .unwrap_or("");
         let record = SandboxRecord {
             id: id.clone(),
             name: name.clone(),
@@ -211,7 +212,7 @@ impl Daemon {
             netns: None,
             ips: Vec::new(),
             pause_pid: None,
-            cgroup: cgroups::pod_cgroup(cgroup_parent, &id),
+            cgroup,
             hostname,
             network_error: None,
         };
@@ -321,15 +322,17 @@ impl Daemon {
                 .map(PathBuf::as_path),
         })?;
         write_spec(&paths.pause_bundle, &spec)?;
-        shim.create_container(crius_api::shim::CreateContainer {
-            id: id.clone(),
-            bundle: paths.pause_bundle.clone(),
-            stdin: false,
-            stdin_once: false,
-            tty: false,
-            log_path: None,
-        })
-        .await?;
+        let pause = shim
+            .create_container(crius_api::shim::CreateContainer {
+                id: id.clone(),
+                bundle: paths.pause_bundle.clone(),
+                stdin: false,
+                stdin_once: false,
+                tty: false,
+                log_path: None,
+            })
+            .await?;
+        cgroups::attach(&record.cgroup, &id, pause).await?;
         // libcontainer has made the pod cgroup with the pause container: limit it before
         // anything runs in it.
         let (cgroup, pod_config) = (record.cgroup.clone(), config.clone());

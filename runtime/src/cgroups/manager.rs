@@ -1,0 +1,156 @@
+//! The systemd manager, as the systemd driver uses it: start transient units, change their
+//! properties, stop them, over the manager's private D-Bus socket ([`super::dbus`]).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::dbus::{self, Arg, Connection, DbusError, Value};
+use super::{CgroupError, Result};
+
+const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
+const MANAGER: &str = "org.freedesktop.systemd1.Manager";
+
+/// How long one call (and a unit's start job) may take before crius gives up on systemd.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A reachable systemd manager and where its cgroup tree starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Systemd {
+    socket: PathBuf,
+    /// systemd's root cgroup, `""` when it owns the whole hierarchy (PID 1 on the host);
+    /// a user manager or a systemd in a container without a cgroup namespace has its own
+    /// cgroup here, and every unit's cgroup is below it.
+    root: String,
+}
+
+impl Systemd {
+    /// Connects to the manager at `socket` and asks for its root cgroup (the `ControlGroup`
+    /// of `-.slice`): both prove that systemd answers.
+    pub fn connect(socket: &Path) -> Result<Systemd> {
+        let unreachable = |source| CgroupError::SystemdUnreachable {
+            socket: socket.to_path_buf(),
+            source,
+        };
+        let mut c = Connection::open(socket, TIMEOUT).map_err(unreachable)?;
+        let reply = c
+            .call(
+                &dbus::unit_object_path("-.slice"),
+                "org.freedesktop.DBus.Properties",
+                "Get",
+                &[
+                    Arg::Str("org.freedesktop.systemd1.Slice"),
+                    Arg::Str("ControlGroup"),
+                ],
+            )
+            .map_err(unreachable)?;
+        let root = match reply.variant().map_err(unreachable)? {
+            Value::Str(s) => s.trim_end_matches('/').to_string(),
+            _ => String::new(),
+        };
+        Ok(Systemd {
+            socket: socket.to_path_buf(),
+            root,
+        })
+    }
+
+    /// A handle for tests: nothing is contacted until a unit call.
+    #[cfg(test)]
+    pub fn with_root(socket: &Path, root: &str) -> Systemd {
+        Systemd {
+            socket: socket.to_path_buf(),
+            root: root.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// systemd's root cgroup (`""` for the hierarchy's root).
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    fn connection(&self) -> Result<Connection> {
+        Connection::open(&self.socket, TIMEOUT).map_err(|source| CgroupError::SystemdUnreachable {
+            socket: self.socket.clone(),
+            source,
+        })
+    }
+
+    fn unit_err(&self, unit: &str, source: DbusError) -> CgroupError {
+        CgroupError::Systemd {
+            unit: unit.to_string(),
+            source,
+        }
+    }
+
+    /// `StartTransientUnit` of `unit` with `props`, and waits for its start job to finish.
+    /// A unit that exists already is an error unless `exists_ok` (a pod slice made by an
+    /// earlier, interrupted attempt).
+    pub fn start_transient(
+        &self,
+        unit: &str,
+        props: &[(String, Value)],
+        exists_ok: bool,
+    ) -> Result<()> {
+        let mut c = self.connection()?;
+        let reply = c.call(
+            MANAGER_PATH,
+            MANAGER,
+            "StartTransientUnit",
+            &[
+                Arg::Str(unit),
+                Arg::Str("replace"),
+                Arg::Properties(props),
+                Arg::NoAuxUnits,
+            ],
+        );
+        let job = match reply {
+            Ok(r) => r.first_str().ok_or_else(|| {
+                self.unit_err(unit, DbusError::Malformed("StartTransientUnit gave no job"))
+            })?,
+            Err(DbusError::Call { name, .. }) if exists_ok && name == dbus::UNIT_EXISTS => {
+                return Ok(())
+            }
+            Err(e) => return Err(self.unit_err(unit, e)),
+        };
+        let result = c.wait_job(&job).map_err(|e| self.unit_err(unit, e))?;
+        if result != "done" {
+            return Err(CgroupError::UnitStart {
+                unit: unit.to_string(),
+                result,
+            });
+        }
+        Ok(())
+    }
+
+    /// `SetUnitProperties` for the unit's runtime (for a transient unit they go with it).
+    pub fn set_properties(&self, unit: &str, props: &[(String, Value)]) -> Result<()> {
+        let mut c = self.connection()?;
+        c.call(
+            MANAGER_PATH,
+            MANAGER,
+            "SetUnitProperties",
+            &[Arg::Str(unit), Arg::Bool(true), Arg::Properties(props)],
+        )
+        .map(|_| ())
+        .map_err(|e| self.unit_err(unit, e))
+    }
+
+    /// `StopUnit`, without waiting for the stop job; a unit systemd does not know (a scope
+    /// whose processes are gone is collected by itself) is fine.
+    pub fn stop(&self, unit: &str) -> Result<()> {
+        let mut c = self.connection()?;
+        match c.call(
+            MANAGER_PATH,
+            MANAGER,
+            "StopUnit",
+            &[Arg::Str(unit), Arg::Str("replace")],
+        ) {
+            Ok(_) => Ok(()),
+            Err(DbusError::Call { name, .. }) if name == dbus::NO_SUCH_UNIT => Ok(()),
+            Err(e) => Err(self.unit_err(unit, e)),
+        }
+    }
+}

@@ -192,6 +192,34 @@ pub fn bind_read_only(source: &Path, target: &Path) -> Result<(), MountError> {
     Ok(())
 }
 
+/// Binds `source` (with its submounts) on `target` (an existing directory or file) and makes
+/// the copy private, so that it neither receives nor sends mount events.
+pub fn bind_private(source: &Path, target: &Path) -> Result<(), MountError> {
+    let err = |source| MountError::Mount {
+        what: "private bind",
+        target: target.to_path_buf(),
+        source,
+    };
+    let flags = libc::MS_BIND | libc::MS_REC;
+    mount(&source.to_string_lossy(), target, "", flags, "").map_err(err)?;
+    if let Err(e) = make_private(target) {
+        let _ = unmount(target);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Makes the mount at `target` and its submounts private.
+pub fn make_private(target: &Path) -> Result<(), MountError> {
+    mount("", target, "", libc::MS_PRIVATE | libc::MS_REC, "").map_err(|source| {
+        MountError::Mount {
+            what: "private propagation",
+            target: target.to_path_buf(),
+            source,
+        }
+    })
+}
+
 /// Mounts a tmpfs of `size_bytes` with mode 1777 on `target` (a pod's /dev/shm).
 pub fn mount_shm(target: &Path, size_bytes: u64) -> Result<(), MountError> {
     mkdir(target)?;

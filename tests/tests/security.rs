@@ -1008,9 +1008,9 @@ async fn mounts_devices_and_oom_score_adj() {
     assert!(fresh.is_dir());
 
     // Propagation: a mount made on the host after the start reaches a HostToContainer
-    // (rslave) bind. (libcontainer 0.7 ignores per-mount propagation options: in a container
-    // that also has a HOST_TO_CONTAINER mount, a PRIVATE bind of a shared host mount receives
-    // it too; see spec::mounts::RootPropagation::as_oci.)
+    // (rslave) bind, and not a PRIVATE one, also beside a HostToContainer bind in the same
+    // container (libcontainer 0.7 ignores per-mount propagation; crius stages a private copy:
+    // see container::volumes).
     let shared = dir.join("shared");
     host_mounts.run(&["--bind", shared.to_str().unwrap()], &shared);
     host_mounts.run(&["--make-rshared"], &shared);
@@ -1030,6 +1030,22 @@ async fn mounts_devices_and_oom_score_adj() {
         MountPropagation::PropagationPrivate,
     )];
     let private = env.create_start(&p.id, &p.config, c).await;
+    let mut c = container(&env, "mixed", &["sleep", "1000"]);
+    c.mounts = vec![
+        cri_mount(
+            &shared,
+            "/private",
+            false,
+            MountPropagation::PropagationPrivate,
+        ),
+        cri_mount(
+            &shared,
+            "/slave",
+            false,
+            MountPropagation::PropagationHostToContainer,
+        ),
+    ];
+    let mixed = env.create_start(&p.id, &p.config, c).await;
     host_mounts.run(
         &["-t", "tmpfs", "-o", "size=1m", "crius-sec-tmpfs"],
         &dir.join("shared/sub"),
@@ -1064,6 +1080,17 @@ async fn mounts_devices_and_oom_score_adj() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{out:?}");
     env.stop(&private, 0).await;
+    // Nor does a PRIVATE bind beside a HOST_TO_CONTAINER one, which does.
+    let out = env
+        .exec(&mixed, &["busybox", "ls", "/private/sub", "/slave/sub"], 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "/private/sub:\n\n/slave/sub:\nmarker\n",
+        "{out:?}"
+    );
+    env.stop(&mixed, 0).await;
 
     // Recursive read-only: a submount of a readonly bind is read-only too.
     let rro = dir.join("rro");

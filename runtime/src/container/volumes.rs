@@ -9,6 +9,8 @@
 //!   `image_sub_path`. The image's snapshots are leased by `<container id>.vol<i>`.
 //! - Idmapped volumes (`Mount.uid_mappings`/`gid_mappings`, which kubelet sends in a
 //!   user-namespaced pod): an idmapped bind of the host path at `volume-<i>`.
+//! - PRIVATE mounts of a container that also has a propagating one: a private bind of the host
+//!   path at `private-<i>` (see `Daemon::isolate_private_mounts`).
 //!
 //! Nothing here is ever removed recursively: a staged mount is unmounted, then its mount
 //! point removed, so a failed unmount never reaches into the host files behind it.
@@ -16,7 +18,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use crius_api::v1::ContainerConfig;
+use crius_api::v1::{ContainerConfig, MountPropagation};
 
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
@@ -210,7 +212,50 @@ impl Daemon {
             m.uid_mappings.clear();
             m.gid_mappings.clear();
         }
+        self.isolate_private_mounts(&mut out, staging)?;
         Ok(out)
+    }
+
+    /// Gives PRIVATE mounts a private source when another mount of the container propagates.
+    /// libcontainer 0.7 ignores the propagation of each bind: a bind is a clone of its source
+    /// in the container's mount namespace, which the root's propagation (`slave` or `shared`
+    /// as soon as one mount propagates) made a receiver of host mounts. A private staged copy
+    /// stays private there, and so does the container's bind of it.
+    fn isolate_private_mounts(&self, config: &mut ContainerConfig, staging: &Path) -> Result<()> {
+        let private = MountPropagation::PropagationPrivate as i32;
+        if config.mounts.iter().all(|m| m.propagation == private) {
+            return Ok(());
+        }
+        for (i, m) in config.mounts.iter_mut().enumerate() {
+            if m.propagation != private {
+                continue;
+            }
+            let source = PathBuf::from(&m.host_path);
+            // already staged (image or idmapped volume): its mount point is the first
+            // component under the staging directory
+            if let Ok(rest) = source.strip_prefix(staging) {
+                if let Some(first) = rest.components().next() {
+                    mounts::make_private(&staging.join(first))?;
+                }
+                continue;
+            }
+            let meta = std::fs::metadata(&source).map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "mount {}: host_path {}: {e}",
+                    m.container_path, m.host_path
+                ))
+            })?;
+            let target = staging.join(format!("private-{i}"));
+            mkdir(staging)?;
+            if meta.is_dir() {
+                mkdir(&target)?;
+            } else {
+                std::fs::File::create(&target).map_err(|e| internal("create", &target, e))?;
+            }
+            mounts::bind_private(&source, &target)?;
+            m.host_path = target.to_string_lossy().into_owned();
+        }
+        Ok(())
     }
 
     /// Mounts image `image`'s layers read-only at `<staging>/image-<i>`.

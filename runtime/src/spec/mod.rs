@@ -41,7 +41,8 @@
 //! - libcontainer 0.7 ignores per-mount propagation options on binds; each bind gets the
 //!   root's propagation, which is chosen from the CRI mounts: all PRIVATE → `private`, any
 //!   HOST_TO_CONTAINER → `slave`, any BIDIRECTIONAL → `shared`. A PRIVATE bind next to a
-//!   propagating one therefore propagates too.
+//!   propagating one would propagate too, so the caller binds it from a private copy (see
+//!   `container::volumes`).
 //!
 //! # User namespaces
 //! A pod with `userns_options` mode POD joins a user namespace the caller made and pinned

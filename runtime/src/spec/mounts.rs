@@ -196,7 +196,8 @@ impl RootPropagation {
     /// rootfs"), which containerd writes. It also ignores the propagation options of each bind
     /// (its binds are clones that keep the propagation the root gave them), so the root's
     /// propagation is what every bind gets: with a HOST_TO_CONTAINER or BIDIRECTIONAL mount, a
-    /// PRIVATE bind of a shared host mount in the same container receives host mounts too.
+    /// PRIVATE bind of a shared host mount in the same container would receive host mounts too,
+    /// unless its source is private (the container code stages a private copy for it).
     pub(crate) fn as_oci(self) -> Option<&'static str> {
         match self {
             RootPropagation::Unchanged => None,

@@ -54,22 +54,28 @@ fn check_name(id: &str) -> Result<()> {
     Ok(())
 }
 
-/// Creates a new network namespace and pins it at `<dir>/<id>`; returns that path.
-///
-/// `dir` is created if missing. Fails if `<dir>/<id>` already exists. Only the loopback device
-/// exists in the new namespace, and this brings it up (one ioctl), which saves running the
-/// `loopback` plugin. Blocks for well under a millisecond; it spawns and joins a thread.
-pub fn create(dir: &Path, id: &str) -> Result<PathBuf> {
+/// The mount point of a pin, `<dir>/<id>`: an empty file, created exclusively so that two pods
+/// never share one.
+fn pin_file(dir: &Path, id: &str) -> Result<PathBuf> {
     check_name(id)?;
     std::fs::create_dir_all(dir).map_err(|e| netns_err("create dir for", dir, e))?;
     let path = dir.join(id);
-    // The mount point: an empty file, created exclusively so two pods never share a pin.
     OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o444)
         .open(&path)
         .map_err(|e| netns_err("create pin file for", &path, e))?;
+    Ok(path)
+}
+
+/// Creates a new network namespace and pins it at `<dir>/<id>`; returns that path.
+///
+/// `dir` is created if missing. Fails if `<dir>/<id>` already exists. Only the loopback device
+/// exists in the new namespace, and this brings it up (one ioctl), which saves running the
+/// `loopback` plugin. Blocks for well under a millisecond; it spawns and joins a thread.
+pub fn create(dir: &Path, id: &str) -> Result<PathBuf> {
+    let path = pin_file(dir, id)?;
 
     let target = path.clone();
     let pinned = std::thread::Builder::new()
@@ -104,15 +110,7 @@ pub fn create(dir: &Path, id: &str) -> Result<PathBuf> {
 /// it, say in a new user namespace) at `<dir>/<id>` and brings its loopback device up; returns
 /// the pin's path. The namespace outlives the process once pinned.
 pub fn pin(source: &Path, dir: &Path, id: &str) -> Result<PathBuf> {
-    check_name(id)?;
-    std::fs::create_dir_all(dir).map_err(|e| netns_err("create dir for", dir, e))?;
-    let path = dir.join(id);
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o444)
-        .open(&path)
-        .map_err(|e| netns_err("create pin file for", &path, e))?;
+    let path = pin_file(dir, id)?;
     let pinned = mount(
         Some(source),
         &path,

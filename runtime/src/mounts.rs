@@ -211,12 +211,10 @@ pub fn bind_private(source: &Path, target: &Path) -> Result<(), MountError> {
 
 /// Makes the mount at `target` and its submounts private.
 pub fn make_private(target: &Path) -> Result<(), MountError> {
-    mount("", target, "", libc::MS_PRIVATE | libc::MS_REC, "").map_err(|source| {
-        MountError::Mount {
-            what: "private propagation",
-            target: target.to_path_buf(),
-            source,
-        }
+    mount("", target, "", libc::MS_PRIVATE | libc::MS_REC, "").map_err(|source| MountError::Mount {
+        what: "private propagation",
+        target: target.to_path_buf(),
+        source,
     })
 }
 

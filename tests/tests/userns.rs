@@ -181,19 +181,14 @@ async fn user_namespaced_pod() {
         "0"
     );
     let upper = env.crius.root().join("containers").join(&id).join("upper");
-    assert_eq!(
-        std::fs::metadata(upper.join("made")).unwrap().uid(),
-        HOST_BASE
-    );
+    let upper_uid = |rel: &str| std::fs::metadata(upper.join(rel)).unwrap().uid();
+    assert_eq!(upper_uid("made"), HOST_BASE);
     // a copied-up file keeps root's ownership
     assert_eq!(
         sh(&env, &id, "echo x >> /etc/passwd && stat -c %u /etc/passwd").await,
         "0"
     );
-    assert_eq!(
-        std::fs::metadata(upper.join("etc/passwd")).unwrap().uid(),
-        HOST_BASE
-    );
+    assert_eq!(upper_uid("etc/passwd"), HOST_BASE);
 
     // the idmapped volume: host root's file is root's, root's new file is host root's
     assert_eq!(

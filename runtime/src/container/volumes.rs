@@ -123,6 +123,24 @@ fn clean_sub_path(sub: &str, container_path: &str) -> Result<PathBuf> {
     }
 }
 
+/// Makes `<staging>/<name>`, a directory or a file as `m`'s host path is, to mount it on.
+fn mount_point_for(m: &crius_api::v1::Mount, staging: &Path, name: &str) -> Result<PathBuf> {
+    let meta = std::fs::metadata(&m.host_path).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "mount {}: host_path {}: {e}",
+            m.container_path, m.host_path
+        ))
+    })?;
+    let target = staging.join(name);
+    mkdir(staging)?;
+    if meta.is_dir() {
+        mkdir(&target)?;
+    } else {
+        std::fs::File::create(&target).map_err(|e| internal("create", &target, e))?;
+    }
+    Ok(target)
+}
+
 impl Daemon {
     /// Mounts what the container's CRI mounts need on the host and returns the config to build
     /// the spec from: image volumes and idmapped volumes replaced by binds of the staged mounts.
@@ -182,19 +200,7 @@ impl Daemon {
                 gids: crate::spec::id_mappings(&m.gid_mappings)?,
             };
             let source = Path::new(&m.host_path);
-            let meta = std::fs::metadata(source).map_err(|e| {
-                Error::InvalidArgument(format!(
-                    "mount {}: host_path {}: {e}",
-                    m.container_path, m.host_path
-                ))
-            })?;
-            let target = staging.join(format!("volume-{i}"));
-            mkdir(staging)?;
-            if meta.is_dir() {
-                mkdir(&target)?;
-            } else {
-                std::fs::File::create(&target).map_err(|e| internal("create", &target, e))?;
-            }
+            let target = mount_point_for(m, staging, &format!("volume-{i}"))?;
             let own;
             let fd = match userns {
                 Some(ns) if ns.maps == maps => ns.fd.as_fd(),
@@ -239,19 +245,7 @@ impl Daemon {
                 }
                 continue;
             }
-            let meta = std::fs::metadata(&source).map_err(|e| {
-                Error::InvalidArgument(format!(
-                    "mount {}: host_path {}: {e}",
-                    m.container_path, m.host_path
-                ))
-            })?;
-            let target = staging.join(format!("private-{i}"));
-            mkdir(staging)?;
-            if meta.is_dir() {
-                mkdir(&target)?;
-            } else {
-                std::fs::File::create(&target).map_err(|e| internal("create", &target, e))?;
-            }
+            let target = mount_point_for(m, staging, &format!("private-{i}"))?;
             mounts::bind_private(&source, &target)?;
             m.host_path = target.to_string_lossy().into_owned();
         }

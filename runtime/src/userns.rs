@@ -105,11 +105,15 @@ impl Holder {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: the closure runs in the forked child before exec and makes one syscall,
-        // unshare, which is async-signal-safe; the child has a single thread, as a new user
-        // namespace requires.
+        // SAFETY: the closure runs in the forked child before exec and makes two syscalls,
+        // prctl and unshare, which are async-signal-safe; the child has a single thread, as a
+        // new user namespace requires.
         unsafe {
             cmd.pre_exec(move || {
+                // a crius killed meanwhile takes the holder with it
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
                 if libc::unshare(flags) == -1 {
                     return Err(io::Error::last_os_error());
                 }

@@ -29,6 +29,7 @@ mod http;
 pub mod images;
 mod process;
 pub mod registry;
+pub mod streaming;
 pub mod systemd;
 mod tar_layer;
 mod testdir;

@@ -1,0 +1,309 @@
+//! A small client of crius's streaming server, for the end-to-end tests: the HTTP upgrade to
+//! SPDY/3.1, then the client's side of the Kubernetes remote-command and port-forward
+//! protocols (open the streams, send, collect what comes back).
+//!
+//! The frame codec is the daemon's own (`runtime/src/stream/spdy.rs`, compiled in here as a
+//! module): the tests check the sessions, not the codec, which has its unit tests and is also
+//! what crictl and critest talk to.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[allow(dead_code)]
+#[path = "../../runtime/src/stream/spdy.rs"]
+mod spdy;
+
+use spdy::{Decoder, Encoder, Frame, Headers};
+
+/// Errors of the streaming client.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamClientError {
+    #[error("bad streaming URL {0:?}")]
+    Url(String),
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("upgrade refused: {0}")]
+    Refused(String),
+    #[error("spdy: {0}")]
+    Spdy(String),
+    #[error("timed out after {0:?} waiting for {1}")]
+    Timeout(Duration, String),
+}
+
+type Result<T> = std::result::Result<T, StreamClientError>;
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StreamClientError {
+    let what = what.into();
+    move |source| StreamClientError::Io { what, source }
+}
+
+/// What the client has received on one stream.
+#[derive(Debug, Default, Clone)]
+pub struct Received {
+    pub data: Vec<u8>,
+    /// The server ended its side.
+    pub fin: bool,
+    pub reset: bool,
+}
+
+/// One SPDY session as a client.
+pub struct Client {
+    tcp: TcpStream,
+    encoder: Encoder,
+    decoder: Decoder,
+    buf: Vec<u8>,
+    next_id: u32,
+    /// The protocol the server chose.
+    pub protocol: String,
+    pub streams: BTreeMap<u32, Received>,
+    /// The server closed the connection.
+    pub closed: bool,
+}
+
+impl Client {
+    /// Upgrade a request on `url` (`http://host:port/path`) to SPDY, offering `protocols`.
+    pub async fn connect(url: &str, protocols: &[&str]) -> Result<Client> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
+        let (host, path) = rest
+            .split_once('/')
+            .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
+        let mut tcp = TcpStream::connect(host)
+            .await
+            .map_err(io(format!("connect to {host}")))?;
+        let mut request = format!(
+            "POST /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n"
+        );
+        for p in protocols {
+            request.push_str(&format!("X-Stream-Protocol-Version: {p}\r\n"));
+        }
+        request.push_str("\r\n");
+        tcp.write_all(request.as_bytes())
+            .await
+            .map_err(io("send the upgrade request"))?;
+        let mut buf = Vec::new();
+        let end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = tcp
+                .read(&mut chunk)
+                .await
+                .map_err(io("read the upgrade response"))?;
+            if n == 0 {
+                return Err(StreamClientError::Refused(
+                    String::from_utf8_lossy(&buf).into_owned(),
+                ));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        if !head.starts_with("HTTP/1.1 101") {
+            return Err(StreamClientError::Refused(head));
+        }
+        let protocol = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("x-stream-protocol-version")
+                    .then(|| v.trim().to_owned())
+            })
+            .unwrap_or_default();
+        buf.drain(..end);
+        Ok(Client {
+            tcp,
+            encoder: Encoder::new(),
+            decoder: Decoder::new(),
+            buf,
+            next_id: 1,
+            protocol,
+            streams: BTreeMap::new(),
+            closed: false,
+        })
+    }
+
+    async fn send(&mut self, frame: Frame) -> Result<()> {
+        let mut out = Vec::new();
+        self.encoder
+            .encode(&frame, &mut out)
+            .map_err(|e| StreamClientError::Spdy(e.to_string()))?;
+        self.tcp.write_all(&out).await.map_err(io("send a frame"))
+    }
+
+    /// Open a stream with these headers; returns its id.
+    pub async fn open(&mut self, headers: &[(&str, &str)]) -> Result<u32> {
+        let id = self.next_id;
+        self.next_id += 2;
+        let mut h = Headers::new();
+        for (k, v) in headers {
+            h.entry((*k).to_owned()).or_default().push((*v).to_owned());
+        }
+        self.streams.insert(id, Received::default());
+        self.send(Frame::SynStream {
+            stream: id,
+            fin: false,
+            headers: h,
+        })
+        .await?;
+        Ok(id)
+    }
+
+    /// Send `data` on stream `id`, with `fin` ending our side.
+    pub async fn write(&mut self, id: u32, data: &[u8], fin: bool) -> Result<()> {
+        self.send(Frame::Data {
+            stream: id,
+            fin,
+            data: data.to_vec(),
+        })
+        .await
+    }
+
+    /// Reset stream `id`.
+    pub async fn reset(&mut self, id: u32) -> Result<()> {
+        self.send(Frame::RstStream {
+            stream: id,
+            status: spdy::RST_CANCEL,
+        })
+        .await
+    }
+
+    /// Read frames until `done` says so (or the connection closes), at most `limit`.
+    pub async fn read_until(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut done: impl FnMut(&Client) -> bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            while let Some((frame, used)) = self
+                .decoder
+                .decode(&self.buf)
+                .map_err(|e| StreamClientError::Spdy(e.to_string()))?
+            {
+                self.buf.drain(..used);
+                self.take(frame).await?;
+            }
+            if done(self) || self.closed {
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut chunk = [0u8; 16 * 1024];
+            let n = match tokio::time::timeout(left, self.tcp.read(&mut chunk)).await {
+                Err(_) => return Err(StreamClientError::Timeout(limit, what.to_owned())),
+                Ok(r) => r.map_err(io("read frames"))?,
+            };
+            if n == 0 {
+                self.closed = true;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    async fn take(&mut self, frame: Frame) -> Result<()> {
+        match frame {
+            Frame::Data { stream, fin, data } => {
+                let s = self.streams.entry(stream).or_default();
+                s.data.extend_from_slice(&data);
+                s.fin |= fin;
+            }
+            Frame::SynReply { stream, fin, .. } => {
+                self.streams.entry(stream).or_default().fin |= fin;
+            }
+            Frame::RstStream { stream, .. } => {
+                self.streams.entry(stream).or_default().reset = true;
+            }
+            Frame::Ping { id } => self.send(Frame::Ping { id }).await?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// What stream `id` has received so far.
+    pub fn received(&self, id: u32) -> Received {
+        self.streams.get(&id).cloned().unwrap_or_default()
+    }
+
+    /// Whether the server has ended stream `id` (or reset it, or closed the connection).
+    pub fn ended(&self, id: u32) -> bool {
+        self.closed || self.streams.get(&id).is_some_and(|s| s.fin || s.reset)
+    }
+}
+
+/// The remote-command streams of a session, as a client opens them.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CommandStreams {
+    pub error: u32,
+    pub stdin: Option<u32>,
+    pub stdout: Option<u32>,
+    pub stderr: Option<u32>,
+    pub resize: Option<u32>,
+}
+
+impl Client {
+    /// Open the streams of an exec or attach (`error` first, as client-go does).
+    pub async fn open_command(
+        &mut self,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+        tty: bool,
+    ) -> Result<CommandStreams> {
+        let mut s = CommandStreams {
+            error: self.open(&[("streamtype", "error")]).await?,
+            ..Default::default()
+        };
+        if stdin {
+            s.stdin = Some(self.open(&[("streamtype", "stdin")]).await?);
+        }
+        if stdout {
+            s.stdout = Some(self.open(&[("streamtype", "stdout")]).await?);
+        }
+        if stderr && !tty {
+            s.stderr = Some(self.open(&[("streamtype", "stderr")]).await?);
+        }
+        if tty {
+            s.resize = Some(self.open(&[("streamtype", "resize")]).await?);
+        }
+        Ok(s)
+    }
+
+    /// Read until the error stream has ended; returns its text (a `metav1.Status` in v4).
+    pub async fn wait_status(&mut self, s: &CommandStreams, limit: Duration) -> Result<String> {
+        let error = s.error;
+        let outputs: Vec<u32> = [s.stdout, s.stderr].into_iter().flatten().collect();
+        self.read_until("the end of the session", limit, |c| {
+            c.ended(error) && outputs.iter().all(|o| c.ended(*o))
+        })
+        .await?;
+        Ok(String::from_utf8_lossy(&self.received(error).data).into_owned())
+    }
+}
+
+/// The exit code a v4 status reports: 0 for `Success`, the `ExitCode` cause for a non-zero
+/// exit, `None` for anything else.
+pub fn exit_code_of(status: &str) -> Option<i32> {
+    let v: serde_json::Value = serde_json::from_str(status).ok()?;
+    match v.get("status")?.as_str()? {
+        "Success" => Some(0),
+        "Failure" if v.get("reason")?.as_str()? == "NonZeroExitCode" => v
+            .pointer("/details/causes")?
+            .as_array()?
+            .iter()
+            .find(|c| c.get("reason").and_then(|r| r.as_str()) == Some("ExitCode"))?
+            .get("message")?
+            .as_str()?
+            .parse()
+            .ok(),
+        _ => None,
+    }
+}

@@ -228,6 +228,26 @@ async fn user_namespaced_pod() {
         .await;
     assert_status(got, Code::InvalidArgument, &["userns_options"]);
 
+    // a crius killed and restarted finds the pod and its container as they were
+    env.crius.kill9().unwrap();
+    env.crius.restart().await.unwrap();
+    assert_eq!(
+        sh(&env, &id, "id -u; stat -c %u /vol/from-pod").await,
+        "0\n0"
+    );
+    let again = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("after-restart", &["sleep", "3600"]),
+        )
+        .await;
+    assert_eq!(
+        sh(&env, &again, "id -u; stat -c %u /bin/busybox").await,
+        "0\n0"
+    );
+    assert_eq!(host_uid(env.pid(&again).await), HOST_BASE);
+
     env.stop(&id, 0).await;
     env.remove(&id).await;
     assert!(vol.join("owned-by-host-root").exists(), "volume files kept");

@@ -15,8 +15,9 @@
 //! `10.88.160.0/24`), then measures, with `--iterations` runs each:
 //!
 //! - cold `PullImage` of the big image (empty root), then of busybox;
-//! - `RunPodSandbox` without network (`NamespaceMode::NODE`) and with the bridge network;
-//! - `CreateContainer` + `StartContainer` of busybox `sleep 3600`;
+//! - `RunPodSandbox` without network (`NamespaceMode::NODE`) and with the bridge network, and
+//!   with the bridge network in a user namespace (when the runtime advertises them);
+//! - `CreateContainer` + `StartContainer` of busybox `sleep 3600`, also in a user-namespaced pod;
 //! - `ExecSync` of `true`;
 //! - `StopContainer` (timeout 0) + `RemoveContainer`;
 //! - RSS and PSS (`/proc/<pid>/smaps_rollup`) of the shim of a pod with one container;
@@ -312,14 +313,23 @@ async fn measure(
     report.busybox_pull = t.elapsed();
 
     let n = args.iterations;
-    // RunPodSandbox, host network then bridge network; each pod removed again untimed.
-    for (label, host) in [
-        ("RunPodSandbox (no network)", true),
-        ("RunPodSandbox (bridge CNI)", false),
+    // RunPodSandbox, host network then bridge network (also with a user namespace where the
+    // runtime advertises them); each pod removed again untimed.
+    let userns = bench.advertises_userns().await?;
+    for (label, host, own_users) in [
+        ("RunPodSandbox (no network)", true, false),
+        ("RunPodSandbox (bridge CNI)", false, false),
+        ("RunPodSandbox (bridge CNI, user namespace)", false, true),
     ] {
+        if own_users && !userns {
+            continue;
+        }
         let mut times = Vec::with_capacity(n);
         for i in 0..=n {
-            let config = bench.pod_config(host);
+            let mut config = bench.pod_config(host);
+            if own_users {
+                with_userns(&mut config);
+            }
             let (id, took) = timed(bench.run_pod(&config)).await;
             let id = id?;
             // The first run is a warm-up.
@@ -361,6 +371,27 @@ async fn measure(
         .ops
         .push(("StopContainer(0)+RemoveContainer", stop_remove));
     bench.remove_pod(&pod).await?;
+
+    // The same in a user-namespaced pod: the rootfs is an overlay over idmapped layers.
+    if userns {
+        let mut pod_config = bench.pod_config(false);
+        with_userns(&mut pod_config);
+        let pod = bench.run_pod(&pod_config).await?;
+        let mut create_start = Vec::with_capacity(n);
+        for i in 0..=n {
+            let (id, took) = timed(bench.create_start(&pod, &pod_config)).await;
+            let id = id?;
+            bench.stop_remove(&id).await?;
+            if i > 0 {
+                create_start.push(took);
+            }
+        }
+        report.ops.push((
+            "CreateContainer+StartContainer (user namespace)",
+            create_start,
+        ));
+        bench.remove_pod(&pod).await?;
+    }
 
     // One pod (bridge network) with one sleep container: its shim's memory.
     let pod_config = bench.pod_config(false);
@@ -506,6 +537,29 @@ async fn timed<T>(f: impl Future<Output = T>) -> (T, Duration) {
 }
 
 /// The CRI calls of the bench, on one connection.
+/// Gives the pod a user namespace mapping 65536 ids from host id 400000 (kubelet's shape).
+fn with_userns(config: &mut PodSandboxConfig) {
+    let map = vec![IdMapping {
+        host_id: 400_000,
+        container_id: 0,
+        length: 65536,
+    }];
+    if let Some(ns) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|s| s.namespace_options.as_mut())
+    {
+        // a user namespace goes with the pod's own PID namespace
+        ns.pid = NamespaceMode::Pod as i32;
+        ns.userns_options = Some(UserNamespace {
+            mode: NamespaceMode::Pod as i32,
+            uids: map.clone(),
+            gids: map,
+        });
+    }
+}
+
 struct Bench {
     rt: RuntimeServiceClient<Channel>,
     images: image_service_client::ImageServiceClient<Channel>,
@@ -564,6 +618,20 @@ impl Bench {
             }),
             ..Default::default()
         }
+    }
+
+    /// Whether the runtime's default handler advertises user namespaces.
+    async fn advertises_userns(&mut self) -> Result<bool> {
+        let status = self
+            .rt
+            .status(StatusRequest { verbose: false })
+            .await
+            .map_err(|s| format!("Status: {s}"))?
+            .into_inner();
+        Ok(status
+            .runtime_handlers
+            .iter()
+            .any(|h| h.name.is_empty() && h.features.is_some_and(|f| f.user_namespaces)))
     }
 
     async fn run_pod(&mut self, config: &PodSandboxConfig) -> Result<String> {

@@ -50,6 +50,15 @@ pub enum UsernsError {
     Netns(#[from] crius_cni::Error),
 }
 
+impl UsernsError {
+    /// Whether the kernel refused the id mapping (`EINVAL`/`EPERM` writing a map file).
+    pub fn refused_mapping(&self) -> bool {
+        matches!(self, UsernsError::Io { op: "write", path, source }
+            if (path.ends_with("uid_map") || path.ends_with("gid_map"))
+                && matches!(source.raw_os_error(), Some(libc::EINVAL | libc::EPERM)))
+    }
+}
+
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> UsernsError + 'a {
     move |source| UsernsError::Io {
         op,

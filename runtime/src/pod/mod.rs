@@ -276,7 +276,14 @@ impl Daemon {
                         args: &[],
                     };
                     crate::userns::create_pod_namespaces(holder, &maps, &userns_pin, &dir, &nid)
-                        .map_err(|e| Error::internal("create the pod's user namespace", e))
+                        .map_err(|e| match e.refused_mapping() {
+                            // the kernel's word on the mapping the request gave
+                            true => Error::InvalidArgument(format!(
+                                "userns_options: {}",
+                                crate::error::chain(&e)
+                            )),
+                            false => Error::internal("create the pod's user namespace", e),
+                        })
                 }
             })
             .await

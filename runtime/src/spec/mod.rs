@@ -199,6 +199,8 @@ fn userns(
                     "userns_options with mode POD needs uid and gid mappings",
                 ));
             }
+            check_id_mappings(&uids, "uids")?;
+            check_id_mappings(&gids, "gids")?;
             Ok(Some((uids, gids)))
         }
         other => Err(SpecError::invalid(format!(
@@ -206,6 +208,55 @@ fn userns(
             other.as_str_name()
         ))),
     }
+}
+
+/// Most lines a `uid_map` or `gid_map` may have (user_namespaces(7)).
+const MAX_ID_MAPPINGS: usize = 340;
+
+/// Refuses what the kernel would refuse in a `uid_map`/`gid_map`: empty or overflowing ranges,
+/// ranges that overlap on either side, too many lines.
+fn check_id_mappings(maps: &[LinuxIdMapping], field: &str) -> Result<()> {
+    if maps.len() > MAX_ID_MAPPINGS {
+        return Err(SpecError::invalid(format!(
+            "userns_options {field}: {} mappings, at most {MAX_ID_MAPPINGS}",
+            maps.len()
+        )));
+    }
+    let range = |start: u32, len: u32| (u64::from(start), u64::from(start) + u64::from(len));
+    for (i, m) in maps.iter().enumerate() {
+        let describe = |m: &LinuxIdMapping| {
+            format!(
+                "container_id {} host_id {} length {}",
+                m.container_id(),
+                m.host_id(),
+                m.size()
+            )
+        };
+        let (c, h) = (
+            range(m.container_id(), m.size()),
+            range(m.host_id(), m.size()),
+        );
+        if m.size() == 0 || c.1 > 1 << 32 || h.1 > 1 << 32 {
+            return Err(SpecError::invalid(format!(
+                "userns_options {field}[{i}] ({}) is empty or goes past the 32-bit ids",
+                describe(m)
+            )));
+        }
+        for (j, o) in maps.iter().enumerate().take(i) {
+            let (oc, oh) = (
+                range(o.container_id(), o.size()),
+                range(o.host_id(), o.size()),
+            );
+            if c.0 < oc.1 && oc.0 < c.1 || h.0 < oh.1 && oh.0 < h.1 {
+                return Err(SpecError::invalid(format!(
+                    "userns_options {field}[{i}] ({}) overlaps {field}[{j}] ({})",
+                    describe(m),
+                    describe(o)
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_cgroups_path(path: &str) -> Result<()> {

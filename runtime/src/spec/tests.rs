@@ -827,6 +827,59 @@ fn user_namespace_with_node_namespaces_is_refused() {
         assert!(err.is_invalid_argument());
         assert!(err.to_string().contains(&format!("{field} NODE")), "{err}");
     }
+    // overlapping, empty or overflowing ranges
+    for (uids, what) in [
+        (
+            vec![
+                IdMapping {
+                    host_id: 1000,
+                    container_id: 0,
+                    length: 100_000,
+                },
+                IdMapping {
+                    host_id: 2000,
+                    container_id: 0,
+                    length: 100_000,
+                },
+            ],
+            "overlaps uids[0]",
+        ),
+        (
+            vec![IdMapping {
+                host_id: 1000,
+                container_id: 0,
+                length: 0,
+            }],
+            "is empty",
+        ),
+        (
+            vec![IdMapping {
+                host_id: u32::MAX,
+                container_id: 0,
+                length: 2,
+            }],
+            "past the 32-bit ids",
+        ),
+    ] {
+        let config = pod(
+            NamespaceOption {
+                userns_options: Some(UserNamespace {
+                    mode: NamespaceMode::Pod as i32,
+                    uids,
+                    gids: vec![IdMapping {
+                        host_id: 1000,
+                        container_id: 0,
+                        length: 100_000,
+                    }],
+                }),
+                ..Default::default()
+            },
+            false,
+        );
+        let err = pod_id_maps(&config).unwrap_err();
+        assert!(err.is_invalid_argument());
+        assert!(err.to_string().contains(what), "{err}");
+    }
     // without mappings
     let config = pod(
         NamespaceOption {

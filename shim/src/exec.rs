@@ -35,9 +35,14 @@
 //!    bytes are the child's error. It reports the child's pid and exits; the child is
 //!    re-parented to the shim (a child subreaper), which reaps it.
 //!
+//! With `process.terminal` the helper opens a pty in the container's own devpts (`/dev/ptmx`
+//! once inside its mount namespace, the slave through `TIOCGPTPEER`), so `tty` in the container
+//! names it; the slave is the process's stdio and controlling terminal, and the master goes
+//! back to the shim with the helper's report.
+//!
 //! Not handled (crius never sets them on a process; an exec asking for them is refused rather
-//! than run without): a terminal, SELinux labels, I/O priority, scheduler, CPU affinity and
-//! seccomp user notification.
+//! than run without): SELinux labels, I/O priority, scheduler, CPU affinity and seccomp user
+//! notification.
 
 use std::ffi::{CString, OsStr};
 use std::fs;
@@ -154,9 +159,9 @@ struct Prepared {
 }
 
 /// Start `process_json` (an OCI process) in the running container `id` whose libcontainer
-/// state is under `root`, with `stdout` and `stderr` as its output and `stdin` as its input
-/// (the helper's own stdin, `/dev/null`, when `None`). With `process.terminal` the three are
-/// the slave of a pty the shim allocated, which becomes the process's controlling terminal.
+/// state is under `root`. Its stdio is `stdio` (stdin, stdout, stderr; stdout and stderr are
+/// required, stdin defaults to the helper's own, `/dev/null`), or with `process.terminal` the
+/// slave of a new pty in the container's devpts, whose master is returned.
 /// Returns the new process's pid once it has exec'd its command.
 ///
 /// Call only from a single-threaded, short-lived process: it moves the caller into the
@@ -165,10 +170,8 @@ pub fn exec(
     root: &Path,
     id: &str,
     process_json: &Path,
-    stdin: Option<OwnedFd>,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
-) -> Result<i32> {
+    stdio: [Option<OwnedFd>; 3],
+) -> Result<(i32, Option<OwnedFd>)> {
     let (init_pid, bundle) = read_state(&root.join(id))?;
     let spec_path = bundle.join("config.json");
     let spec = Spec::load(&spec_path).map_err(|source| ExecError::Spec {
@@ -237,7 +240,65 @@ pub fn exec(
         seccomp,
         capabilities,
     };
-    spawn(&prepared, stdin, stdout, stderr)
+    let [stdin, stdout, stderr] = stdio;
+    if prepared.process.terminal() == Some(true) {
+        let (master, slave) = open_pty(prepared.process.user().uid())?;
+        let dup = |fd: &OwnedFd| {
+            fd.try_clone().map_err(|source| ExecError::Sys {
+                what: "dup the pty slave",
+                source,
+            })
+        };
+        let (slave_in, slave_out) = (dup(&slave)?, dup(&slave)?);
+        let pid = spawn(&prepared, Some(slave_in), slave_out, slave)?;
+        return Ok((pid, Some(master)));
+    }
+    let missing = |what: &str| ExecError::Process(format!("no {what} descriptor was given"));
+    let stdout = stdout.ok_or_else(|| missing("stdout"))?;
+    let stderr = stderr.ok_or_else(|| missing("stderr"))?;
+    spawn(&prepared, stdin, stdout, stderr).map(|pid| (pid, None))
+}
+
+/// A new pty in the devpts of the mount namespace the caller is in: (master, slave), both
+/// close-on-exec, the slave owned by `uid` so the process may reopen it as `/dev/tty`.
+fn open_pty(uid: u32) -> Result<(OwnedFd, OwnedFd)> {
+    let sys = |what: &'static str| {
+        let source = io::Error::last_os_error();
+        ExecError::Sys { what, source }
+    };
+    // SAFETY: open(2) of a constant NUL-terminated path; the result is checked.
+    let master = unsafe {
+        libc::open(
+            c"/dev/ptmx".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if master < 0 {
+        return Err(sys("open the container's /dev/ptmx"));
+    }
+    // SAFETY: open just returned this descriptor; nothing else owns it.
+    let master = unsafe { OwnedFd::from_raw_fd(master) };
+    // SAFETY: unlockpt and the TIOCGPTPEER ioctl act on the master we own.
+    let slave = unsafe {
+        if libc::unlockpt(master.as_raw_fd()) < 0 {
+            return Err(sys("unlock the pty"));
+        }
+        libc::ioctl(
+            master.as_raw_fd(),
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if slave < 0 {
+        return Err(sys("open the pty slave"));
+    }
+    // SAFETY: the ioctl just returned this descriptor; nothing else owns it.
+    let slave = unsafe { OwnedFd::from_raw_fd(slave) };
+    // SAFETY: fchown of a descriptor we own; -1 keeps the group (devpts's tty group).
+    if unsafe { libc::fchown(slave.as_raw_fd(), uid, u32::MAX) } < 0 {
+        return Err(sys("give the pty slave to the process's user"));
+    }
+    Ok((master, slave))
 }
 
 /// The init's pid and the bundle, from libcontainer's `state.json`; refused unless running.

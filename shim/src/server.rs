@@ -215,6 +215,8 @@ struct ExecJob {
 
 struct StreamHandoff {
     tty: bool,
+    /// With a tty: hand over the master as stdin too.
+    stdin: bool,
     fds: Vec<(StreamFd, OwnedFd)>,
 }
 
@@ -1345,18 +1347,8 @@ impl Shim {
         // The process's ends (stdin, stdout, stderr) and crius's.
         let mut child: [Option<OwnedFd>; 3] = [None, None, None];
         let mut handoff = Vec::new();
-        if req.tty {
-            let (master, slave) = open_pty().map_err(|e| internal("open a pty", &e))?;
-            let dup = |fd: &OwnedFd| fd.try_clone().map_err(|e| internal("dup pty", &e));
-            child[0] = Some(dup(&slave)?);
-            child[1] = Some(dup(&slave)?);
-            child[2] = Some(slave);
-            if req.stdin {
-                handoff.push((StreamFd::Stdin, dup(&master)?));
-            }
-            handoff.push((StreamFd::Stdout, dup(&master)?));
-            handoff.push((StreamFd::Pty, master));
-        } else {
+        // With a tty the helper opens the pty in the container's devpts and reports its master.
+        if !req.tty {
             if req.stdin {
                 let (r, w) = pipe().map_err(|e| internal("stdin pipe", &e))?;
                 child[0] = Some(r);
@@ -1418,6 +1410,7 @@ impl Shim {
                 streaming: true,
                 stream: Some(StreamHandoff {
                     tty: req.tty,
+                    stdin: req.stdin,
                     fds: handoff,
                 }),
             },
@@ -1569,10 +1562,14 @@ impl Shim {
             self.created(id, *token, result, crashed);
             return;
         }
+        if let HelperPurpose::Exec { exec } = &helper.purpose {
+            self.exec_started(*exec, result);
+            return;
+        }
         let pid_only = result.map(|(pid, _)| pid);
         match helper.purpose {
             HelperPurpose::Create { .. } => {}
-            HelperPurpose::Exec { exec } => self.exec_started(exec, pid_only),
+            HelperPurpose::Exec { .. } => {}
             HelperPurpose::Start { id, token } => self.started(&id, token, pid_only),
             HelperPurpose::Kill { token } => {
                 let response = match pid_only {
@@ -1662,14 +1659,24 @@ impl Shim {
         }
     }
 
-    fn exec_started(&mut self, exec: u64, result: Result<i32, String>) {
+    fn exec_started(&mut self, exec: u64, result: Result<(i32, Option<OwnedFd>), String>) {
         let Some(job) = self.execs.get_mut(&exec) else {
             return;
         };
         match result {
-            Ok(pid) => {
+            Ok((pid, master)) => {
                 job.pid = Some(pid);
-                if let Some(handoff) = job.stream.take() {
+                if let Some(mut handoff) = job.stream.take() {
+                    if let Some(master) = master {
+                        // A terminal: the master is the process's input and output.
+                        let dups = [(handoff.stdin, StreamFd::Stdin), (true, StreamFd::Stdout)];
+                        for (wanted, kind) in dups {
+                            if let (true, Ok(dup)) = (wanted, master.try_clone()) {
+                                handoff.fds.push((kind, dup));
+                            }
+                        }
+                        handoff.fds.push((StreamFd::Pty, master));
+                    }
                     let token = job.token;
                     let streams = Streams {
                         pid,
@@ -2040,19 +2047,6 @@ fn flush(conn: &mut Conn) {
 /// Whether the attach session of `token` got the container's stdin (for the log).
 fn sink_stdin(c: &Container, token: Token) -> bool {
     c.attaches.iter().any(|a| a.token == token && a.stdin)
-}
-
-/// A new pty: (master, slave), both close-on-exec (the shim is single-threaded, so no fork
-/// can come between the open and the flag).
-fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
-    let pty = nix::pty::openpty(None, None)?;
-    for fd in [&pty.master, &pty.slave] {
-        // SAFETY: F_SETFD on a descriptor we own only sets its close-on-exec flag.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok((pty.master, pty.slave))
 }
 
 /// Bind the control socket in `dir` by a relative name (state paths may exceed the 108 bytes

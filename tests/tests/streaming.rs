@@ -222,7 +222,7 @@ async fn exec_with_a_tty_runs_on_a_terminal_that_resizes() {
     client
         .write(
             stdin,
-            b"[ -t 0 ] && echo is-a-tty; stty size; echo sum-$((40+2)) >&2; exit 3\n",
+            b"[ -t 0 ] && echo is-a-tty; tty; stty size; echo sum-$((40+2)) >&2; exit 3\n",
             false,
         )
         .await
@@ -230,6 +230,8 @@ async fn exec_with_a_tty_runs_on_a_terminal_that_resizes() {
     let status = client.wait_status(&s, SESSION_LIMIT).await.unwrap();
     let text = String::from_utf8_lossy(&client.received(out).data).into_owned();
     assert!(text.contains("is-a-tty"), "{text:?}");
+    // The pty is the container's own (its devpts), so `tty` can name it.
+    assert!(text.contains("/dev/pts/"), "{text:?}");
     assert!(text.contains("45 123"), "{text:?}");
     // stderr goes to the terminal too, and a terminal ends lines with CRLF.
     assert!(text.contains("sum-42\r\n"), "{text:?}");

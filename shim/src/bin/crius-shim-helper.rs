@@ -125,10 +125,7 @@ fn run(args: &[String]) -> Result<(i32, Option<OwnedFd>), String> {
         }
         "exec" => {
             let process = a.process.ok_or("exec needs --process")?;
-            let stdout = stdio(1).ok_or("exec needs a stdout fd")?;
-            let stderr = stdio(2).ok_or("exec needs a stderr fd")?;
-            crius_shim::exec::exec(&a.root, &a.id, &process, stdio(0), stdout, stderr)
-                .map(|pid| (pid, None))
+            crius_shim::exec::exec(&a.root, &a.id, &process, [stdio(0), stdio(1), stdio(2)])
                 .map_err(|e| libct::chain("exec", &e))
         }
         "start" => libct::start(&a.root, &a.id).map(|()| (0, None)),

@@ -44,8 +44,10 @@
 //! `exec_stream` and `attach` answer twice on their connection. The first answer, `streams`,
 //! carries the crius ends of the process's stdio as `SCM_RIGHTS` descriptors on the frame's
 //! first byte, in the order its `fds` lists them: a pipe to write stdin into, pipes to read
-//! stdout and stderr from, or one pty master for a terminal (read output, write input, and
-//! `TIOCSWINSZ` to resize). The second, `process_exited`, comes when the exec process (or the
+//! stdout and stderr from. With a terminal, an exec's `stdout` (and `stdin`) are the pty
+//! master itself and an attach's `stdout` a pipe the shim copies the master's output into;
+//! either way `pty` is the master too, for `TIOCSWINSZ`. An exec's pty lives in the
+//! container's devpts. The second, `process_exited`, comes when the exec process (or the
 //! attached container's init) has exited; for an attach the output pipes are closed just
 //! before it. Closing the connection ends an attach session: the shim stops copying output
 //! into it, and for a `stdin_once` container that was attached with stdin it closes the

@@ -3,9 +3,9 @@
 //! Those RPCs only validate the request and answer a URL: `http://<address>:<port>/exec/<token>`
 //! (or `/attach/`, `/portforward/`). The token names the prepared request; it can be used once,
 //! within [`TOKEN_TTL`]. The client (crictl, critest, or kubelet proxying kubectl's connection)
-//! then upgrades an HTTP/1.1 request on that URL to SPDY/3.1 and speaks the Kubernetes
-//! stream protocols over it: [`remotecommand`] for exec and attach, [`portforward`] for port
-//! forwarding. The I/O of exec and attach goes through the pod's shim, which hands crius the
+//! then upgrades an HTTP/1.1 request on that URL to SPDY/3.1 or to WebSocket ([`websocket`])
+//! and speaks the Kubernetes stream protocols over it: [`remotecommand`] for exec and attach,
+//! [`portforward`] for port forwarding. The I/O of exec and attach goes through the pod's shim, which hands crius the
 //! process's stdio ([`shim_io`]).
 
 use std::collections::HashMap;
@@ -27,6 +27,7 @@ pub mod remotecommand;
 pub mod session;
 pub mod shim_io;
 pub mod spdy;
+pub mod websocket;
 
 pub use remotecommand::Target;
 
@@ -198,11 +199,13 @@ impl StreamServer {
             return plain(StatusCode::NOT_FOUND, "not found");
         }
         let upgrade = header_values(&req, "upgrade");
+        if upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket")) {
+            return self.handle_websocket(req, kind, token);
+        }
         if !upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1")) {
-            // WebSocket clients (crictl --transport websocket) are not served yet.
             return plain(
                 StatusCode::BAD_REQUEST,
-                "crius streams over SPDY/3.1 only: upgrade with `Upgrade: SPDY/3.1`",
+                "upgrade the request to SPDY/3.1 or WebSocket",
             );
         }
         let offered = header_values(&req, "x-stream-protocol-version");
@@ -268,6 +271,85 @@ impl StreamServer {
         );
         if let Ok(v) = chosen.parse() {
             h.insert("x-stream-protocol-version", v);
+        }
+        resp
+    }
+}
+
+impl StreamServer {
+    /// A WebSocket upgrade: the channel protocols for exec and attach, tunnelled SPDY for
+    /// port-forward.
+    fn handle_websocket(
+        &self,
+        mut req: Request<Body>,
+        kind: &str,
+        token: &str,
+    ) -> Response<Full<Bytes>> {
+        let Some(key) = req
+            .headers()
+            .get("sec-websocket-key")
+            .and_then(|v| v.to_str().ok())
+            .map(websocket::accept_key)
+        else {
+            return plain(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key");
+        };
+        let offered = header_values(&req, "sec-websocket-protocol");
+        let tunnel = format!("SPDY/3.1+{}", portforward::PROTOCOL);
+        let chosen = if kind == "portforward" {
+            offered.iter().find(|p| **p == tunnel).cloned()
+        } else {
+            offered
+                .iter()
+                .find(|p| remotecommand::WEBSOCKET_PROTOCOLS.contains(&p.as_str()))
+                .cloned()
+        };
+        let Some(chosen) = chosen else {
+            return plain(
+                StatusCode::FORBIDDEN,
+                &format!("none of the offered subprotocols {offered:?} is supported"),
+            );
+        };
+        let Some(request) = self.take(kind, token) else {
+            return plain(StatusCode::NOT_FOUND, "unknown or expired streaming token");
+        };
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        let protocol = chosen.clone();
+        tokio::spawn(async move {
+            let io = match on_upgrade.await {
+                Ok(io) => TokioIo::new(io),
+                Err(e) => {
+                    tracing::debug!("stream upgrade failed: {e}");
+                    return;
+                }
+            };
+            match request {
+                PendingStream::Command(target) => {
+                    let channels = remotecommand::channels(&target, &protocol);
+                    let session = websocket::command_session(io, &channels);
+                    remotecommand::serve(session, &protocol, target).await
+                }
+                PendingStream::PortForward { pod_id, netns } => {
+                    let session = session::Session::start(websocket::byte_stream(io));
+                    portforward::serve(session, pod_id, netns).await
+                }
+            }
+        });
+        let mut resp = Response::new(Full::new(Bytes::new()));
+        *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let h = resp.headers_mut();
+        h.insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("Upgrade"),
+        );
+        h.insert(
+            hyper::header::UPGRADE,
+            hyper::header::HeaderValue::from_static("websocket"),
+        );
+        if let Ok(v) = key.parse() {
+            h.insert("sec-websocket-accept", v);
+        }
+        if let Ok(v) = chosen.parse() {
+            h.insert("sec-websocket-protocol", v);
         }
         resp
     }

@@ -20,7 +20,17 @@ use super::session::{Incoming, Out, Session};
 use super::shim_io::{self, Stdio};
 use super::StreamError;
 
-/// The remote-command protocols crius speaks, preferred first.
+/// The remote-command protocols crius speaks over WebSocket, preferred first (v5 adds the
+/// client's half-close of a channel, which only WebSocket needs).
+pub const WEBSOCKET_PROTOCOLS: &[&str] = &[
+    "v5.channel.k8s.io",
+    "v4.channel.k8s.io",
+    "v3.channel.k8s.io",
+    "v2.channel.k8s.io",
+    "channel.k8s.io",
+];
+
+/// The remote-command protocols crius speaks over SPDY, preferred first.
 pub const PROTOCOLS: &[&str] = &[
     "v4.channel.k8s.io",
     "v3.channel.k8s.io",
@@ -59,15 +69,34 @@ struct Channels {
     resize: Option<Incoming>,
 }
 
+/// The streams a session of `target` has under `protocol`, with their WebSocket channels.
+pub fn channels(target: &Target, protocol: &str) -> Vec<(&'static str, u8)> {
+    let with_resize = matches!(
+        protocol,
+        "v5.channel.k8s.io" | "v4.channel.k8s.io" | "v3.channel.k8s.io"
+    );
+    let mut out = Vec::new();
+    if target.stdin {
+        out.push(("stdin", 0));
+    }
+    if target.stdout {
+        out.push(("stdout", 1));
+    }
+    if target.stderr && !target.tty {
+        out.push(("stderr", 2));
+    }
+    out.push(("error", 3));
+    if target.tty && with_resize {
+        out.push(("resize", 4));
+    }
+    out
+}
+
 /// Serve one exec or attach session to its end.
 pub async fn serve(mut session: Session, protocol: &str, target: Target) {
-    let v4 = protocol == "v4.channel.k8s.io";
-    let with_resize = protocol == "v4.channel.k8s.io" || protocol == "v3.channel.k8s.io";
-    let expected = 1
-        + usize::from(target.stdin)
-        + usize::from(target.stdout)
-        + usize::from(target.stderr && !target.tty)
-        + usize::from(target.tty && with_resize);
+    // v4 and v5 report the outcome as a JSON status.
+    let v4 = matches!(protocol, "v5.channel.k8s.io" | "v4.channel.k8s.io");
+    let expected = channels(&target, protocol).len();
     let mut ch = Channels::default();
     let mut opened = 0;
     let deadline = tokio::time::sleep(STREAM_CREATION_TIMEOUT);

@@ -40,6 +40,11 @@ pub struct Out {
 }
 
 impl Out {
+    /// An `Out` feeding frames to `tx` (a session of another transport).
+    pub fn new(tx: mpsc::Sender<Frame>) -> Out {
+        Out { tx }
+    }
+
     /// Send `data` on stream `id`, split into frames; false once the session is gone.
     pub async fn data(&self, id: u32, data: &[u8]) -> bool {
         for chunk in data.chunks(MAX_DATA_CHUNK) {
@@ -96,6 +101,20 @@ impl Session {
         let out = Out { tx: frames_tx };
         Session {
             incoming: incoming_rx,
+            out,
+            reader,
+        }
+    }
+
+    /// A session of another transport (WebSocket) that presents itself like a SPDY one:
+    /// `reader` ends when the client's side of the connection does.
+    pub fn from_parts(
+        incoming: mpsc::Receiver<Incoming>,
+        out: Out,
+        reader: tokio::task::JoinHandle<()>,
+    ) -> Session {
+        Session {
+            incoming,
             out,
             reader,
         }

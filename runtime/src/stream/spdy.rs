@@ -18,8 +18,9 @@ use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, 
 /// The SPDY version this speaks.
 pub const VERSION: u16 = 3;
 
-/// Largest payload this accepts in one frame (the format allows 16 MiB).
-pub const MAX_PAYLOAD: usize = 1 << 24;
+/// Largest payload this accepts or sends in one frame (the format allows 16 MiB; the clients
+/// send far smaller frames).
+pub const MAX_PAYLOAD: usize = 1 << 20;
 
 /// Largest data payload this sends in one frame.
 pub const MAX_DATA_CHUNK: usize = 32 * 1024;

@@ -538,7 +538,41 @@ impl Connection {
         }
         self.stream
             .write_all(b"BEGIN\r\n")
-            .map_err(|e| self.io_err(e))
+            .map_err(|e| self.io_err(e))?;
+        self.wait_consumed()
+    }
+
+    /// Waits until the peer has read everything written so far. systemd's D-Bus server (seen
+    /// with v252) leaves a message that arrives in the same read as `BEGIN` in its buffer until
+    /// more data comes, so the first call must not go out before `BEGIN` has been read.
+    /// `SIOCOUTQ` on a unix socket counts the bytes the peer has not read yet.
+    fn wait_consumed(&self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let mut unread: libc::c_int = 0;
+            // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int through the pointer, which points to a
+            // live c_int; the fd is this connection's open socket.
+            let rc = unsafe {
+                libc::ioctl(
+                    std::os::fd::AsRawFd::as_raw_fd(&self.stream),
+                    libc::TIOCOUTQ,
+                    &mut unread,
+                )
+            };
+            if rc != 0 {
+                return Err(self.io_err(std::io::Error::last_os_error()));
+            }
+            if unread == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(DbusError::Timeout {
+                    what: "authentication".to_string(),
+                    secs: self.timeout.as_secs(),
+                });
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// One `\r\n`-terminated line of the authentication exchange, read byte by byte so that

@@ -307,3 +307,177 @@ pub fn exit_code_of(status: &str) -> Option<i32> {
         _ => None,
     }
 }
+
+/// A WebSocket client of the channel protocols (`v5.channel.k8s.io` and older): every binary
+/// message is a channel byte and that channel's data.
+pub struct WsClient {
+    tcp: TcpStream,
+    buf: Vec<u8>,
+    /// The subprotocol the server chose.
+    pub protocol: String,
+    /// What each channel has received.
+    pub channels: BTreeMap<u8, Vec<u8>>,
+    /// Pongs received.
+    pub pongs: usize,
+    /// The server sent a close frame or closed the connection.
+    pub closed: bool,
+}
+
+impl WsClient {
+    /// Upgrade a GET on `url` to WebSocket, offering `protocols` as subprotocols.
+    pub async fn connect(url: &str, protocols: &[&str]) -> Result<WsClient> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
+        let (host, path) = rest
+            .split_once('/')
+            .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
+        let mut tcp = TcpStream::connect(host)
+            .await
+            .map_err(io(format!("connect to {host}")))?;
+        let request = format!(
+            "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: Y3JpdXMtdGVzdC1rZXktMQ==\r\n\
+             Sec-WebSocket-Protocol: {}\r\n\r\n",
+            protocols.join(", ")
+        );
+        tcp.write_all(request.as_bytes())
+            .await
+            .map_err(io("send the upgrade request"))?;
+        let mut buf = Vec::new();
+        let end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = tcp
+                .read(&mut chunk)
+                .await
+                .map_err(io("read the upgrade response"))?;
+            if n == 0 {
+                return Err(StreamClientError::Refused(
+                    String::from_utf8_lossy(&buf).into_owned(),
+                ));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let header = |name: &str| {
+            head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+            })
+        };
+        // RFC 6455's accept value for the key above.
+        if !head.starts_with("HTTP/1.1 101")
+            || header("sec-websocket-accept").as_deref() != Some("n14Gz0byVDiXs3TBJK+bHFnuhjU=")
+        {
+            return Err(StreamClientError::Refused(head));
+        }
+        let protocol = header("sec-websocket-protocol").unwrap_or_default();
+        buf.drain(..end);
+        Ok(WsClient {
+            tcp,
+            buf,
+            protocol,
+            channels: BTreeMap::new(),
+            pongs: 0,
+            closed: false,
+        })
+    }
+
+    async fn frame(&mut self, opcode: u8, payload: &[u8]) -> Result<()> {
+        let mask = [0x5a, 0x17, 0xc3, 0x08];
+        let mut out = vec![0x80 | opcode];
+        match payload.len() {
+            n if n < 126 => out.push(0x80 | n as u8),
+            n if n <= 0xffff => {
+                out.push(0x80 | 126);
+                out.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                out.push(0x80 | 127);
+                out.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        out.extend_from_slice(&mask);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        self.tcp.write_all(&out).await.map_err(io("send a frame"))
+    }
+
+    /// Send `data` on `channel`.
+    pub async fn send(&mut self, channel: u8, data: &[u8]) -> Result<()> {
+        let mut msg = vec![channel];
+        msg.extend_from_slice(data);
+        self.frame(0x2, &msg).await
+    }
+
+    /// Half-close `channel` (v5).
+    pub async fn close_channel(&mut self, channel: u8) -> Result<()> {
+        self.frame(0x2, &[255, channel]).await
+    }
+
+    /// Send a ping.
+    pub async fn ping(&mut self) -> Result<()> {
+        self.frame(0x9, b"crius-test").await
+    }
+
+    /// Read messages until `done` says so or the server closes, at most `limit`.
+    pub async fn read_until(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut done: impl FnMut(&WsClient) -> bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            while let Some((opcode, payload, used)) = server_frame(&self.buf) {
+                self.buf.drain(..used);
+                match opcode {
+                    0x2 => {
+                        if let Some((&channel, data)) = payload.split_first() {
+                            self.channels.entry(channel).or_default().extend(data);
+                        }
+                    }
+                    0x8 => self.closed = true,
+                    0xA => self.pongs += 1,
+                    _ => {}
+                }
+            }
+            if done(self) || self.closed {
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut chunk = [0u8; 16 * 1024];
+            let n = match tokio::time::timeout(left, self.tcp.read(&mut chunk)).await {
+                Err(_) => return Err(StreamClientError::Timeout(limit, what.to_owned())),
+                Ok(r) => r.map_err(io("read frames"))?,
+            };
+            if n == 0 {
+                self.closed = true;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// What `channel` has received.
+    pub fn channel(&self, channel: u8) -> Vec<u8> {
+        self.channels.get(&channel).cloned().unwrap_or_default()
+    }
+}
+
+/// One unmasked, unfragmented server frame: (opcode, payload, bytes used).
+fn server_frame(buf: &[u8]) -> Option<(u8, Vec<u8>, usize)> {
+    let (b0, b1) = (*buf.first()?, *buf.get(1)?);
+    let (len, pos) = match b1 & 0x7f {
+        126 => (u16::from_be_bytes([*buf.get(2)?, *buf.get(3)?]) as usize, 4),
+        127 => {
+            let mut n = [0u8; 8];
+            n.copy_from_slice(buf.get(2..10)?);
+            (u64::from_be_bytes(n) as usize, 10)
+        }
+        n => (n as usize, 2),
+    };
+    let payload = buf.get(pos..pos + len)?.to_vec();
+    Some((b0 & 0x0f, payload, pos + len))
+}

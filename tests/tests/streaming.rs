@@ -1,6 +1,6 @@
 //! Exec, Attach and PortForward end to end: the RPCs answer a URL on crius's streaming server,
-//! and a client speaking SPDY/3.1 and the Kubernetes stream protocols (as kubelet, crictl and
-//! critest do) runs the session against real containers. Run as root.
+//! and a client speaking SPDY/3.1 or WebSocket and the Kubernetes stream protocols (as kubelet,
+//! crictl and critest do) runs the session against real containers. Run as root.
 //! Test networks: 83 (exec), 84 (exec with a tty), 85 (attach), 86 (port-forward).
 #![allow(clippy::unwrap_used)]
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{assert_status, texts, wait_for, Env};
 use crius_api::v1::*;
-use crius_tests::streaming::{exit_code_of, Client};
+use crius_tests::streaming::{exit_code_of, Client, WsClient};
 use tonic::Code;
 
 const REMOTE_COMMAND: &[&str] = &[
@@ -101,6 +101,25 @@ async fn exec_streams_output_stdin_and_exit_codes() {
         b"hello from stdin\n"
     );
     assert_eq!(exit_code_of(&status), Some(0), "{status}");
+
+    // The same over WebSocket (v5): channels 0 stdin, 1 stdout, 2 stderr, 3 error; a
+    // half-close of stdin; pings answered.
+    let mut req = exec_req(&c, &["sh", "-c", "cat; echo ws-err >&2; exit 5"]);
+    req.stdin = true;
+    let url = exec_url(&env, req).await;
+    let mut ws = WsClient::connect(&url, REMOTE_COMMAND).await.unwrap();
+    assert_eq!(ws.protocol, "v5.channel.k8s.io");
+    ws.ping().await.unwrap();
+    ws.send(0, b"over websocket\n").await.unwrap();
+    ws.close_channel(0).await.unwrap();
+    ws.read_until("the websocket session to end", SESSION_LIMIT, |_| false)
+        .await
+        .unwrap();
+    assert_eq!(ws.channel(1), b"over websocket\n");
+    assert_eq!(ws.channel(2), b"ws-err\n");
+    let status = String::from_utf8_lossy(&ws.channel(3)).into_owned();
+    assert_eq!(exit_code_of(&status), Some(5), "{status}");
+    assert!(ws.pongs >= 1);
 
     // A command that does not exist fails in the session, not in the RPC.
     let url = exec_url(&env, exec_req(&c, &["no-such-command"])).await;

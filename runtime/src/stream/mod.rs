@@ -238,6 +238,7 @@ impl StreamServer {
         let Some(request) = self.take(kind, token) else {
             return plain(StatusCode::NOT_FOUND, "unknown or expired streaming token");
         };
+        tracing::debug!(kind, transport = "spdy", protocol = %chosen, "stream session");
         let on_upgrade = hyper::upgrade::on(&mut req);
         let protocol = chosen.clone();
         tokio::spawn(async move {
@@ -312,6 +313,7 @@ impl StreamServer {
         let Some(request) = self.take(kind, token) else {
             return plain(StatusCode::NOT_FOUND, "unknown or expired streaming token");
         };
+        tracing::debug!(kind, transport = "websocket", protocol = %chosen, "stream session");
         let on_upgrade = hyper::upgrade::on(&mut req);
         let protocol = chosen.clone();
         tokio::spawn(async move {

@@ -311,8 +311,58 @@ async fn attach_sees_live_output_and_feeds_stdin() {
     let lines = env
         .wait_log(&log, Duration::from_secs(10), |l| l.len() >= 2)
         .await;
-    assert_eq!(texts(&lines, "stdout"), vec!["attached-42"]);
+    assert_eq!(texts(&lines, "stdout")[0], "attached-42");
     assert_eq!(texts(&lines, "stderr"), vec!["oops"]);
+
+    // A second session, output only, whose client just goes away: crius notices and the
+    // shim drops the session (its connection and pipe close).
+    let shim = env.shim_pid(&pod);
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{shim}/fd"))
+            .unwrap()
+            .count()
+    };
+    let before = fds();
+    let url = env
+        .rt()
+        .attach(AttachRequest {
+            container_id: c.clone(),
+            stdout: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .url;
+    let mut watcher = Client::connect(&url, REMOTE_COMMAND).await.unwrap();
+    let w = watcher
+        .open_command(false, true, false, false)
+        .await
+        .unwrap();
+    wait_for(
+        "the shim to serve the second session",
+        SESSION_LIMIT,
+        || async { (fds() > before).then_some(()) },
+    )
+    .await;
+    client
+        .write(stdin, b"echo seen-by-both\n", false)
+        .await
+        .unwrap();
+    let seen = w.stdout.unwrap();
+    watcher
+        .read_until("output in the second session", SESSION_LIMIT, |c| {
+            c.received(seen).data.ends_with(b"seen-by-both\n")
+        })
+        .await
+        .unwrap();
+    drop(watcher);
+    wait_for(
+        "the shim to drop the second session",
+        SESSION_LIMIT,
+        || async { (fds() == before).then_some(()) },
+    )
+    .await;
 
     // stdin_once: the end of this session's stdin is the end of the container's stdin, so
     // the shell exits and the session ends.

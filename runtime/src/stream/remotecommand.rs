@@ -132,7 +132,7 @@ pub async fn serve(mut session: Session, protocol: &str, target: Target) {
         *slot = Some(stream);
     }
     let out = session.out.clone();
-    let outcome = run(&out, &mut ch, &target).await;
+    let outcome = run(&out, &mut ch, &target, session.gone()).await;
     if let Some(error) = &ch.error {
         let message = status_message(&outcome, v4);
         out.data_fin(error.id, message.as_bytes()).await;
@@ -180,7 +180,12 @@ fn status_message(outcome: &Outcome, v4: bool) -> String {
     }
 }
 
-async fn run(out: &Out, ch: &mut Channels, target: &Target) -> Outcome {
+async fn run(
+    out: &Out,
+    ch: &mut Channels,
+    target: &Target,
+    mut gone: tokio::sync::watch::Receiver<bool>,
+) -> Outcome {
     let (mut shim, _streams, stdio) =
         match shim_io::open(&target.shim_socket, target.op.clone()).await {
             Ok(x) => x,
@@ -221,6 +226,9 @@ async fn run(out: &Out, ch: &mut Channels, target: &Target) -> Outcome {
     let attach_stdin = target.attach && stdin_task.is_some();
     let outcome = tokio::select! {
         answer = shim.next() => exit_of(answer),
+        // The client went away: an attach detaches; an exec's process runs on with its stdin
+        // closed and its output going nowhere, as it would after a hang-up.
+        _ = gone.wait_for(|g| *g) => Outcome::Failed("the client went away".into()),
         Some(()) = stdin_done.recv(), if attach_stdin => {
             // The client's stdin ended: detach (for a stdin_once container the shim then
             // closes its stdin).

@@ -84,6 +84,8 @@ pub struct Session {
     pub incoming: mpsc::Receiver<Incoming>,
     pub out: Out,
     reader: tokio::task::JoinHandle<()>,
+    /// Becomes `true` when the client's side of the connection has ended.
+    gone: watch::Receiver<bool>,
 }
 
 impl Session {
@@ -97,12 +99,14 @@ impl Session {
         let (incoming_tx, incoming_rx) = mpsc::channel(16);
         tokio::spawn(write_loop(write_half, frames_rx));
         // The reader holds a weak sender: the write side closes when the handlers are done.
-        let reader = tokio::spawn(read_loop(read_half, incoming_tx, frames_tx.downgrade()));
+        let weak = frames_tx.downgrade();
+        let (reader, gone) = watch_end(read_loop(read_half, incoming_tx, weak));
         let out = Out { tx: frames_tx };
         Session {
             incoming: incoming_rx,
             out,
             reader,
+            gone,
         }
     }
 
@@ -111,13 +115,20 @@ impl Session {
     pub fn from_parts(
         incoming: mpsc::Receiver<Incoming>,
         out: Out,
-        reader: tokio::task::JoinHandle<()>,
+        reader: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Session {
+        let (reader, gone) = watch_end(reader);
         Session {
             incoming,
             out,
             reader,
+            gone,
         }
+    }
+
+    /// A signal that becomes `true` once the client's side of the connection has ended.
+    pub fn gone(&self) -> watch::Receiver<bool> {
+        self.gone.clone()
     }
 
     /// Wait (at most `limit`) for the client to close the connection, after our side is done:
@@ -127,6 +138,7 @@ impl Session {
             incoming,
             out,
             mut reader,
+            ..
         } = self;
         drop(out);
         drop(incoming);
@@ -134,6 +146,18 @@ impl Session {
             reader.abort();
         }
     }
+}
+
+/// Run `reader` as a task, with a signal set when it ends.
+fn watch_end(
+    reader: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>) {
+    let (tx, rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        reader.await;
+        let _ = tx.send(true);
+    });
+    (task, rx)
 }
 
 async fn write_loop<W: AsyncWrite>(w: W, mut frames: mpsc::Receiver<Frame>) {

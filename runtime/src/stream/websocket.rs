@@ -306,7 +306,7 @@ where
             reset: reset_rx,
         });
     }
-    let reader = tokio::spawn(async move {
+    let reader = async move {
         // Held until the connection ends: a dropped sender reads as a reset.
         let _resets = resets;
         let _incoming = incoming_tx;
@@ -328,7 +328,7 @@ where
                 }
             }
         }
-    });
+    };
     Session::from_parts(incoming_rx, Out::new(frames_tx), reader)
 }
 

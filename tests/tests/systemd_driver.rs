@@ -85,17 +85,41 @@ async fn pods_and_containers_run_in_systemd_units() {
         "RuntimeConfig reports the configured driver"
     );
 
-    // A pod without a parent: crius's own transient slice, the pause process in a scope.
-    let config = env.pod_config("sd-own", true);
+    // A pod without a parent: crius's own transient slice with the pod's limits, the pause
+    // process in a scope.
+    let mut config = env.pod_config("sd-own", true);
+    config.linux.as_mut().unwrap().resources = Some(LinuxContainerResources {
+        memory_limit_in_bytes: 256 << 20,
+        ..Default::default()
+    });
     let pod = env.run_pod(config.clone()).await;
     let slice = format!("crius-{pod}.slice");
     let slice_cg = format!("{root}/crius.slice/{slice}");
     let p = systemd
-        .show(&slice, &["ActiveState", "ControlGroup", "Transient"])
+        .show(
+            &slice,
+            &[
+                "ActiveState",
+                "ControlGroup",
+                "Transient",
+                "MemoryLimit",
+                "MemoryMax",
+            ],
+        )
         .unwrap();
     assert_eq!(p["ActiveState"], "active", "{slice}: {p:?}");
     assert_eq!(p["ControlGroup"], slice_cg);
     assert_eq!(p["Transient"], "yes");
+    let want = (256u64 << 20).to_string();
+    if is_v1_host() {
+        assert_eq!(p["MemoryLimit"], want);
+        assert_eq!(
+            cgroup_file("memory", &slice_cg, "memory.limit_in_bytes"),
+            want
+        );
+    } else {
+        assert_eq!(p["MemoryMax"], want);
+    }
     let pause_scope = format!("crius-{pod}.scope");
     let p = systemd
         .show(&pause_scope, &["ActiveState", "ControlGroup", "Slice"])

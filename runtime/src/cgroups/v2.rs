@@ -29,13 +29,14 @@ pub fn shares_to_weight(shares: u64) -> u64 {
     1 + ((shares.clamp(2, 262_144) - 2) * 9999) / 262_142
 }
 
-/// The inverse of [`shares_to_weight`] (exact for weights that function produces from round
-/// share values only approximately: the mapping is lossy).
+/// The inverse of [`shares_to_weight`]: the smallest shares that give `weight`, so that a
+/// weight read back and converted again stays the same (the mapping is lossy: shares that
+/// differ by less than ~26 share one weight).
 pub fn weight_to_shares(weight: u64) -> u64 {
     if weight == 0 {
         return 0;
     }
-    2 + ((weight.clamp(1, 10_000) - 1) * 262_142) / 9999
+    2 + ((weight.clamp(1, 10_000) - 1) * 262_142).div_ceil(9999)
 }
 
 /// `memory.swap.max` for a CRI memory limit and memory+swap limit (0 = not set, -1 =
@@ -311,6 +312,9 @@ mod tests {
         assert_eq!(shares_to_weight(1), 1);
         assert_eq!(weight_to_shares(1), 2);
         assert_eq!(weight_to_shares(10_000), 262_144);
+        for w in 1..=10_000 {
+            assert_eq!(shares_to_weight(weight_to_shares(w)), w, "weight {w}");
+        }
     }
 
     #[test]

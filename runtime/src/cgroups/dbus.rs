@@ -684,6 +684,100 @@ pub fn unit_object_path(unit: &str) -> String {
     p
 }
 
+/// Messages as systemd sends them, for fake managers in tests.
+#[cfg(test)]
+pub(crate) mod fake {
+    use super::*;
+
+    fn message(
+        kind: u8,
+        reply_serial: Option<u32>,
+        extra: &[(u8, &str, &str)],
+        sig: &str,
+        body: &[u8],
+    ) -> Vec<u8> {
+        let mut m = Writer::default();
+        m.byte(b'l');
+        m.byte(kind);
+        m.byte(0);
+        m.byte(1);
+        m.u32(len32(body.len()));
+        m.u32(1000);
+        m.array(8, |w| {
+            if let Some(serial) = reply_serial {
+                w.align(8);
+                w.byte(FIELD_REPLY_SERIAL);
+                w.signature("u");
+                w.u32(serial);
+            }
+            for (code, t, v) in extra {
+                w.field_str(*code, t, v);
+            }
+            if !sig.is_empty() {
+                w.field_str(FIELD_SIGNATURE, "g", sig);
+            }
+        });
+        m.align(8);
+        m.buf.extend_from_slice(body);
+        m.buf
+    }
+
+    /// A method return whose body is one string-like value of signature `sig` (`s`, `o`), or a
+    /// variant holding a string when `sig` is `v`.
+    pub(crate) fn method_return(reply_serial: u32, sig: &str, value: &str) -> Vec<u8> {
+        let mut body = Writer::default();
+        if sig == "v" {
+            body.signature("s");
+        }
+        body.str(value);
+        message(METHOD_RETURN, Some(reply_serial), &[], sig, &body.buf)
+    }
+
+    pub(crate) fn error(reply_serial: u32, name: &str, text: &str) -> Vec<u8> {
+        let mut body = Writer::default();
+        body.str(text);
+        message(
+            ERROR,
+            Some(reply_serial),
+            &[(FIELD_ERROR_NAME, "s", name)],
+            "s",
+            &body.buf,
+        )
+    }
+
+    pub(crate) fn job_removed(job: &str, unit: &str, result: &str) -> Vec<u8> {
+        let mut body = Writer::default();
+        body.u32(1);
+        body.str(job);
+        body.str(unit);
+        body.str(result);
+        message(
+            SIGNAL,
+            None,
+            &[
+                (FIELD_PATH, "o", "/org/freedesktop/systemd1"),
+                (FIELD_INTERFACE, "s", "org.freedesktop.systemd1.Manager"),
+                (FIELD_MEMBER, "s", "JobRemoved"),
+            ],
+            "uoss",
+            &body.buf,
+        )
+    }
+
+    /// A method call as the fake server reads it: its serial, member and first string argument.
+    pub(crate) fn read_call(stream: &mut UnixStream) -> Option<(u32, String, String)> {
+        let mut head = [0u8; 16];
+        stream.read_exact(&mut head).ok()?;
+        let len = message_len(&head).ok()?;
+        let mut buf = vec![0u8; len];
+        buf[..16].copy_from_slice(&head);
+        stream.read_exact(&mut buf[16..]).ok()?;
+        let serial = u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]);
+        let m = Message::parse(&buf).ok()?;
+        Some((serial, m.member.clone()?, m.first_str().unwrap_or_default()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

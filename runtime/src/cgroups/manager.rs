@@ -154,3 +154,115 @@ impl Systemd {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroups::dbus::fake;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixListener;
+
+    /// A fake manager on `socket` that serves `connections` connections: it authenticates the
+    /// client, answers `Get` with root `/crius-fake`, `StartTransientUnit` with a job whose
+    /// `JobRemoved` says `result` (after an unrelated signal), `StopUnit` with NoSuchUnit.
+    /// Returns the calls it saw: (member, first argument).
+    fn fake_manager(
+        socket: &Path,
+        connections: usize,
+        result: &'static str,
+    ) -> std::thread::JoinHandle<Vec<(String, String)>> {
+        let listener = UnixListener::bind(socket).unwrap();
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for _ in 0..connections {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut line = Vec::new();
+                let mut b = [0u8; 1];
+                while !line.ends_with(b"\r\n") {
+                    s.read_exact(&mut b).unwrap();
+                    line.push(b[0]);
+                }
+                assert_eq!(line, b"\0AUTH EXTERNAL 30\r\n");
+                s.write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
+                    .unwrap();
+                let mut begin = [0u8; 7];
+                s.read_exact(&mut begin).unwrap();
+                assert_eq!(&begin, b"BEGIN\r\n");
+                let Some((serial, member, arg)) = fake::read_call(&mut s) else {
+                    continue;
+                };
+                let reply = match member.as_str() {
+                    "Get" => fake::method_return(serial, "v", "/crius-fake"),
+                    "StartTransientUnit" => {
+                        let job = "/org/freedesktop/systemd1/job/7";
+                        let mut r =
+                            fake::job_removed("/org/freedesktop/systemd1/job/6", "x", "done");
+                        r.extend(fake::method_return(serial, "o", job));
+                        r.extend(fake::job_removed(job, &arg, result));
+                        r
+                    }
+                    "StopUnit" => fake::error(serial, dbus::NO_SUCH_UNIT, "Unit x not loaded."),
+                    _ => fake::error(serial, "org.freedesktop.DBus.Error.UnknownMethod", "no"),
+                };
+                s.write_all(&reply).unwrap();
+                seen.push((member, arg));
+            }
+            seen
+        })
+    }
+
+    #[test]
+    fn connect_start_and_stop_against_a_fake_manager() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("private");
+        let server = fake_manager(&socket, 3, "done");
+        let sd = Systemd::connect(&socket).unwrap();
+        assert_eq!(sd.root(), "/crius-fake");
+        let props = vec![("Delegate".to_string(), Value::Bool(true))];
+        sd.start_transient("crius-c1.scope", &props, false).unwrap();
+        sd.stop("crius-gone.scope").unwrap();
+        let seen = server.join().unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                (
+                    "Get".to_string(),
+                    "org.freedesktop.systemd1.Slice".to_string()
+                ),
+                (
+                    "StartTransientUnit".to_string(),
+                    "crius-c1.scope".to_string()
+                ),
+                ("StopUnit".to_string(), "crius-gone.scope".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_start_job_is_an_error_naming_the_unit() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("private");
+        let server = fake_manager(&socket, 1, "failed");
+        let sd = Systemd::with_root(&socket, "");
+        let err = sd
+            .start_transient("crius-c2.scope", &[], false)
+            .unwrap_err();
+        assert!(matches!(err, CgroupError::UnitStart { .. }), "{err:?}");
+        assert!(err.to_string().contains("crius-c2.scope"), "{err}");
+        assert!(err.to_string().contains("failed"), "{err}");
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn no_manager_is_an_error_naming_the_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("private");
+        let err = Systemd::connect(&socket).unwrap_err();
+        let msg = crate::error::chain(&err);
+        assert!(
+            msg.contains(&format!("systemd does not answer at {}", socket.display())),
+            "{msg}"
+        );
+        assert!(msg.contains("driver = \"cgroupfs\""), "{msg}");
+    }
+}

@@ -83,13 +83,8 @@ pub async fn attach(d: &Arc<Daemon>, req: AttachRequest) -> Result<AttachRespons
     check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
     let c = running(d, &req.container_id)?;
     let config = c.config();
-    if req.stdin && !config.stdin {
-        return Err(Error::InvalidArgument(format!(
-            "container {} was not created with stdin: attach without it",
-            c.id
-        )));
-    }
-    // The session follows the container's terminal, whatever the request says of it.
+    // A container created without stdin has none to attach: the session's stdin is
+    // discarded. The session follows the container's terminal, whatever the request says.
     let tty = config.tty;
     let shim = d.shims.get(&c.sandbox_id).await?;
     let op = crius_api::shim::Op::Attach(crius_api::shim::Attach {

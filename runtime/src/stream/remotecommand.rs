@@ -96,7 +96,11 @@ pub fn channels(target: &Target, protocol: &str) -> Vec<(&'static str, u8)> {
 pub async fn serve(mut session: Session, protocol: &str, target: Target) {
     // v4 and v5 report the outcome as a JSON status.
     let v4 = matches!(protocol, "v5.channel.k8s.io" | "v4.channel.k8s.io");
-    let expected = channels(&target, protocol).len();
+    let wanted: Vec<&str> = channels(&target, protocol)
+        .into_iter()
+        .map(|(kind, _)| kind)
+        .collect();
+    let expected = wanted.len();
     let mut ch = Channels::default();
     let mut opened = 0;
     let deadline = tokio::time::sleep(STREAM_CREATION_TIMEOUT);
@@ -115,6 +119,14 @@ pub async fn serve(mut session: Session, protocol: &str, target: Target) {
             session.finish(Duration::ZERO).await;
             return;
         };
+        if !wanted.contains(&stream.stream_type()) {
+            // Dropping it discards whatever the client sends on it.
+            tracing::debug!(
+                stream_type = stream.stream_type(),
+                "ignoring a stream the request did not ask for"
+            );
+            continue;
+        }
         let slot = match stream.stream_type() {
             "error" => &mut ch.error,
             "stdin" => &mut ch.stdin,
@@ -211,7 +223,15 @@ async fn run(
             let data = std::mem::replace(&mut stream.data, mpsc::channel(1).1);
             Some(tokio::spawn(relay_input(data, fd, stdin_done_tx)))
         }
-        _ => {
+        (Some(stream), None) => {
+            // Nothing to write into (an attach to a container without stdin): discard.
+            let mut data = std::mem::replace(&mut stream.data, mpsc::channel(1).1);
+            drop(stdin_done_tx);
+            Some(tokio::spawn(
+                async move { while data.recv().await.is_some() {} },
+            ))
+        }
+        (None, _) => {
             drop(stdin_done_tx);
             None
         }

@@ -41,6 +41,9 @@ const ORPHAN_EXIT_TTL: Duration = Duration::from_secs(5);
 /// stuck libcontainer call cannot leave a container "creating" forever.
 const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Capacity asked for the pipes that carry a container's output to an attach session.
+const ATTACH_PIPE_SIZE: libc::c_int = 1 << 20;
+
 /// On shutdown, how long to try to deliver the last replies.
 const FLUSH_ON_EXIT: Duration = Duration::from_secs(1);
 
@@ -1457,6 +1460,11 @@ impl Shim {
             if wanted[i] && c.outputs[i].is_some() {
                 let (r, w) = pipe().map_err(|e| internal("output pipe", &e))?;
                 set_nonblocking(w.as_raw_fd()).map_err(|e| internal("output pipe", &e))?;
+                // Room for a burst while crius relays it: what does not fit is lost to this
+                // session (never to the log). The default 64 KiB is little; failing to grow
+                // it (pipe-max-size) only keeps the default.
+                // SAFETY: F_SETPIPE_SZ on a pipe we own only changes its capacity.
+                unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, ATTACH_PIPE_SIZE) };
                 sink.out[i] = Some(w);
                 handoff.push((kind, r));
             }

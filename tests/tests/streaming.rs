@@ -314,6 +314,25 @@ async fn attach_sees_live_output_and_feeds_stdin() {
     assert_eq!(texts(&lines, "stdout")[0], "attached-42");
     assert_eq!(texts(&lines, "stderr"), vec!["oops"]);
 
+    // A burst of output reaches the session whole (the shim's pipe to crius has room for it).
+    client
+        .write(
+            stdin,
+            b"head -c 524288 /dev/zero | tr '\\0' x; echo burst-end\n",
+            false,
+        )
+        .await
+        .unwrap();
+    client
+        .read_until("the burst", SESSION_LIMIT, |c| {
+            c.received(out).data.ends_with(b"burst-end\n")
+        })
+        .await
+        .unwrap();
+    let got = client.received(out).data;
+    let xs = got.iter().filter(|b| **b == b'x').count();
+    assert_eq!(xs, 524288, "attach lost output of the burst");
+
     // A second session, output only, whose client just goes away: crius notices and the
     // shim drops the session (its connection and pipe close).
     let shim = env.shim_pid(&pod);

@@ -21,7 +21,8 @@
 //! processes to its parent's cgroup there: devices, cpuset, …). Limits are written to cgroupfs
 //! as with cgroupfs, and also set as unit properties, so systemd keeps them when it re-applies
 //! its own. Records hold cgroupfs paths with either driver; [`fs_path`] still reads systemd's
-//! `slice:prefix:name` and slice names.
+//! `slice:prefix:name` and slice names. systemd removes a scope, and its cgroup in every
+//! hierarchy, as soon as its last process has exited.
 
 pub mod dbus;
 pub mod manager;
@@ -89,6 +90,9 @@ pub enum CgroupError {
     },
     #[error("systemd unit {unit}: start job ended {result:?}")]
     UnitStart { unit: String, result: String },
+    /// Something of crius's own went wrong (not the request, not the host).
+    #[error("{0}")]
+    Internal(String),
 }
 
 pub type Result<T> = std::result::Result<T, CgroupError>;
@@ -284,11 +288,11 @@ pub async fn attach(pod_cgroup: &str, id: &str, pid: i32) -> Result<()> {
         return Ok(());
     };
     let pid = u32::try_from(pid)
-        .map_err(|_| CgroupError::Invalid(format!("container {id}: no process (pid {pid})")))?;
-    let (pod, id) = (pod_cgroup.to_string(), id.to_string());
-    tokio::task::spawn_blocking(move || attach_scope(sd, &pod, &id, pid))
+        .map_err(|_| CgroupError::Internal(format!("container {id}: no process (pid {pid})")))?;
+    let (pod, owned_id) = (pod_cgroup.to_string(), id.to_string());
+    tokio::task::spawn_blocking(move || attach_scope(sd, &pod, &owned_id, pid))
         .await
-        .map_err(|e| CgroupError::Invalid(format!("attach to systemd: {e}")))?
+        .map_err(|e| CgroupError::Internal(format!("container {id}: attach to systemd: {e}")))?
 }
 
 fn attach_scope(sd: &manager::Systemd, pod_cgroup: &str, id: &str, pid: u32) -> Result<()> {

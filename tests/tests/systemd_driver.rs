@@ -263,6 +263,14 @@ async fn pods_and_containers_run_in_systemd_units() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("cgroupDriver"), "{err:?}");
 
+    // A restarted crius finds systemd again and tears down what it made before.
+    env.crius.restart().await.unwrap();
+    let p = systemd.show(&scope, &["ActiveState"]).unwrap();
+    assert_eq!(
+        p["ActiveState"], "active",
+        "a restart leaves the containers running"
+    );
+
     // Teardown stops the units and leaves no cgroup.
     env.stop(&ctr, 0).await;
     env.remove(&ctr).await;

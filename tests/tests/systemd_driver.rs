@@ -185,6 +185,17 @@ async fn pods_and_containers_run_in_systemd_units() {
         let path = line.splitn(3, ':').nth(2).unwrap();
         assert_eq!(path, cg, "container process cgroups:\n{own}");
     }
+    // An exec'd process joins the same cgroups (seen as "/" inside a cgroup namespace).
+    let out = env
+        .exec(&ctr, &["cat", "/proc/self/cgroup"], 10)
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    for line in text.lines() {
+        let path = line.splitn(3, ':').nth(2).unwrap();
+        assert!(path == cg || path == "/", "exec process cgroups:\n{text}");
+    }
     if is_v1_host() {
         assert_eq!(
             cgroup_file("memory", &cg, "memory.limit_in_bytes"),

@@ -78,11 +78,6 @@ pub fn pod_slice(cgroup_parent: &str, pod_id: &str) -> Result<String> {
     Ok(base.to_string())
 }
 
-/// `linux.cgroupsPath` of a container in the pod slice `pod_slice`: `<slice>:crius:<id>`.
-pub fn container_path(pod_slice: &str, id: &str) -> String {
-    format!("{pod_slice}:{SCOPE_PREFIX}:{id}")
-}
-
 /// The cgroupfs path of a `slice:prefix:name` cgroups path, where libcontainer's systemd
 /// manager (like runc's) puts it: the expanded slice (`system.slice` when empty), then the unit
 /// `<prefix>-<name>.scope`, or `<name>` itself when that is a slice.
@@ -329,9 +324,8 @@ mod tests {
         assert_eq!(pod_slice(pod, "p1").unwrap(), pod);
         assert_eq!(pod_slice("", "p1").unwrap(), "crius-p1.slice");
         assert!(pod_slice("/kubepods/burstable/pod0f2e", "p1").is_err());
-        assert_eq!(container_path(pod, "c1"), format!("{pod}:crius:c1"));
         assert_eq!(
-            to_fs_path(&container_path(pod, "c1")).unwrap(),
+            to_fs_path(&format!("{pod}:crius:c1")).unwrap(),
             "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f2e.slice/crius-c1.scope"
         );
         assert_eq!(

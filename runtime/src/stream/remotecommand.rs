@@ -351,6 +351,147 @@ async fn relay_resizes(mut data: mpsc::Receiver<Vec<u8>>, pty: std::os::fd::Owne
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::spdy::{Decoder, Encoder, Frame, Headers};
+    use crius_api::shim::{encode_frame, read_frame, Request, StreamFd, Streams};
+    use std::collections::BTreeMap;
+    use std::io::Write as _;
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Send `bytes` with `fd` attached (SCM_RIGHTS), as the shim does.
+    fn send_with_fd(sock: &std::os::unix::net::UnixStream, bytes: &[u8], fd: &OwnedFd) {
+        let mut iov = libc::iovec {
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
+        };
+        let mut control = [0u8; 64];
+        // SAFETY: test code building a one-descriptor SCM_RIGHTS message in buffers it owns.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), fd.as_raw_fd());
+            assert_eq!(
+                libc::sendmsg(sock.as_raw_fd(), &msg, 0),
+                bytes.len() as isize
+            );
+        }
+    }
+
+    /// A stand-in for the shim: answers one `exec_stream` with a stdout pipe that carries
+    /// `output`, then reports exit code `code`.
+    fn fake_shim(listener: std::os::unix::net::UnixListener, output: &'static [u8], code: i32) {
+        let (mut conn, _) = listener.accept().unwrap();
+        let request: Request = read_frame(&mut conn).unwrap();
+        assert!(matches!(request.op, Op::ExecStream(_)));
+        let (r, w) = std::io::pipe().unwrap();
+        let streams = Response::Ok(Reply::Streams(Streams {
+            pid: 1,
+            tty: false,
+            fds: vec![StreamFd::Stdout],
+        }));
+        send_with_fd(&conn, &encode_frame(&streams).unwrap(), &OwnedFd::from(r));
+        let mut w = w;
+        w.write_all(output).unwrap();
+        drop(w);
+        let exited = Response::Ok(Reply::ProcessExited {
+            exit_code: code,
+            signal: None,
+        });
+        conn.write_all(&encode_frame(&exited).unwrap()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_exec_session_over_spdy_relays_output_and_the_exit_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("control.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let shim = std::thread::spawn(move || fake_shim(listener, b"hello\n", 3));
+
+        let (mut client, server_io) = tokio::io::duplex(64 * 1024);
+        let target = Target {
+            op: Op::ExecStream(crius_api::shim::ExecStream {
+                id: "c1".into(),
+                process: serde_json::json!({}),
+                tty: false,
+                stdin: false,
+                stdout: true,
+                stderr: false,
+            }),
+            shim_socket: socket,
+            stdin: false,
+            stdout: true,
+            stderr: false,
+            tty: false,
+            attach: false,
+        };
+        let server = tokio::spawn(serve(
+            Session::start(server_io),
+            "v4.channel.k8s.io",
+            target,
+        ));
+
+        // The client's side: open error (1) and stdout (3), read until both end.
+        let mut enc = Encoder::new();
+        let mut wire = Vec::new();
+        for (id, kind) in [(1, "error"), (3, "stdout")] {
+            let mut headers = Headers::new();
+            headers.insert("streamtype".into(), vec![kind.into()]);
+            enc.encode(
+                &Frame::SynStream {
+                    stream: id,
+                    fin: false,
+                    headers,
+                },
+                &mut wire,
+            )
+            .unwrap();
+        }
+        client.write_all(&wire).await.unwrap();
+        let mut dec = Decoder::new();
+        let mut buf = Vec::new();
+        let (mut replies, mut data, mut ended) = (0, BTreeMap::new(), Vec::new());
+        while !(ended.contains(&1) && ended.contains(&3)) {
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut chunk))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "the session ended early");
+            buf.extend_from_slice(&chunk[..n]);
+            while let Some((frame, used)) = dec.decode(&buf).unwrap() {
+                buf.drain(..used);
+                match frame {
+                    Frame::SynReply { .. } => replies += 1,
+                    Frame::Data {
+                        stream,
+                        fin,
+                        data: d,
+                    } => {
+                        data.entry(stream).or_insert_with(Vec::new).extend(d);
+                        if fin {
+                            ended.push(stream);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(replies, 2, "every stream the client opens is answered");
+        assert_eq!(data[&3], b"hello\n");
+        let status: serde_json::Value = serde_json::from_slice(&data[&1]).unwrap();
+        assert_eq!(status["reason"], "NonZeroExitCode");
+        assert_eq!(status["details"]["causes"][0]["message"], "3");
+        drop(client);
+        server.await.unwrap();
+        shim.join().unwrap();
+    }
 
     #[test]
     fn v4_status_carries_the_exit_code() {

@@ -10,7 +10,7 @@ CARGO ?= cargo
 #  docker-registry, busybox-static, apache2-utils, openssl: the local registry, test images,
 #  htpasswd, test TLS certificates
 RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables iproute2
-TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl
+TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd
 
 .PHONY: run test build build-release deps-run deps-test check-rust lint
 

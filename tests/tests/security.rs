@@ -278,32 +278,7 @@ async fn users_and_groups() {
         .into_inner();
     assert!(status.features.unwrap().supplemental_groups_policy);
 
-    // User namespaces are not supported yet: refused by name, not advertised.
-    assert!(!status.runtime_handlers[0].features.unwrap().user_namespaces);
-    let mapping = IdMapping {
-        host_id: 200_000,
-        container_id: 0,
-        length: 65536,
-    };
-    let mut config = env.pod_config("userns", false);
-    pod_sc(&mut config)
-        .namespace_options
-        .get_or_insert_with(Default::default)
-        .userns_options = Some(UserNamespace {
-        mode: NamespaceMode::Pod as i32,
-        uids: vec![mapping],
-        gids: vec![mapping],
-    });
-    assert_status(
-        env.rt()
-            .run_pod_sandbox(RunPodSandboxRequest {
-                config: Some(config),
-                runtime_handler: String::new(),
-            })
-            .await,
-        Code::InvalidArgument,
-        &["userns_options", "not supported"],
-    );
+    // User namespaces: tests/tests/userns.rs.
 
     env.remove_pod(&p.id).await;
     env.assert_no_leaks().await;

@@ -467,14 +467,14 @@ impl Report {
         );
         println!();
         println!(
-            "{:<36} {:>10} {:>10} {:>10}   (n = {})",
+            "{:<48} {:>10} {:>10} {:>10}   (n = {})",
             "operation", "median ms", "p95 ms", "max ms", args.iterations
         );
         for (label, times) in &self.ops {
             let mut sorted = times.clone();
             sorted.sort();
             println!(
-                "{:<36} {:>10.2} {:>10.2} {:>10.2}",
+                "{:<48} {:>10.2} {:>10.2} {:>10.2}",
                 label,
                 ms(percentile(&sorted, 50)),
                 ms(percentile(&sorted, 95)),

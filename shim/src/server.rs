@@ -25,7 +25,7 @@ use crate::cri_log::{CriLog, Stream};
 use crate::exit_record;
 use crate::helper::{self, set_nonblocking, Outcome};
 use crate::libct_state::{self, Recorded};
-use crate::oom::OomCounter;
+use crate::oom::OomWatch;
 use crate::signals::Signals;
 use crate::time::{now_unix_nanos, rfc3339_nanos};
 
@@ -83,7 +83,8 @@ struct Container {
     /// Read ends of stdout and stderr (index = `Stream`); for a tty, the pty master as stdout.
     outputs: [Option<OwnedFd>; 2],
     log: Option<CriLog>,
-    oom: Option<(OomCounter, u64)>,
+    /// OOM kills in its memory cgroup, watched from create until the init exits.
+    oom: Option<OomWatch>,
     created_at: i64,
     started_at: Option<i64>,
     exit: Option<ExitInfo>,
@@ -259,6 +260,7 @@ enum Source {
     Helper(u64),
     Signals,
     Output(String, usize),
+    Oom(String),
     ExecOut(u64, usize),
     Conn(Token),
     Listener,
@@ -440,6 +442,13 @@ impl Shim {
         for (id, h) in &self.helpers {
             add(h.chan.as_raw_fd(), libc::POLLIN, Source::Helper(*id));
         }
+        // OOM watches before the signals: an OOM wake-up must read the count before the
+        // init's exit, arriving in the same round, lets the cgroup go.
+        for c in self.containers.values() {
+            if let Some(fd) = c.oom.as_ref().and_then(OomWatch::raw_fd) {
+                add(fd, libc::POLLIN, Source::Oom(c.id.clone()));
+            }
+        }
         add(self.signals.raw_fd(), libc::POLLIN, Source::Signals);
         for c in self.containers.values() {
             for (i, fd) in c.outputs.iter().enumerate() {
@@ -489,6 +498,11 @@ impl Shim {
                 [deadline, j.drain_until]
             })
             .chain(self.helpers.values().map(|h| h.deadline))
+            .chain(
+                self.containers
+                    .values()
+                    .map(|c| c.oom.as_ref().and_then(OomWatch::next_check)),
+            )
             .flatten()
             .min();
         match next {
@@ -516,6 +530,11 @@ impl Shim {
             }
             Source::Output(id, i) => {
                 self.on_output(&id, i);
+            }
+            Source::Oom(id) => {
+                if let Some(w) = self.containers.get_mut(&id).and_then(|c| c.oom.as_mut()) {
+                    w.on_ready();
+                }
             }
             Source::ExecOut(id, i) => self.on_exec_output(id, i),
             Source::Conn(token) => self.on_conn(token, revents),
@@ -1644,10 +1663,7 @@ impl Shim {
             c.libct = recorded;
             c.status = ContainerStatus::Created;
             c.created_at = now_unix_nanos();
-            c.oom = OomCounter::for_pid(pid).and_then(|counter| {
-                let base = counter.read()?;
-                Some((counter, base))
-            });
+            c.oom = OomWatch::for_pid(pid);
             if let Some(master) = master {
                 if set_nonblocking(master.as_raw_fd()).is_ok() {
                     if c.stdin_requested {
@@ -1790,11 +1806,7 @@ impl Shim {
             return;
         };
         let (exit_code, signal) = decode_status(status);
-        let oom_killed = c
-            .oom
-            .as_ref()
-            .and_then(|(counter, base)| Some(counter.read()? > *base))
-            .unwrap_or(false);
+        let oom_killed = c.oom.take().is_some_and(|mut w| w.finish());
         let exit = ExitInfo {
             pid: c.pid.unwrap_or(0),
             exit_code,
@@ -1951,6 +1963,11 @@ impl Shim {
         }
         for id in finish {
             self.maybe_finish_exec(id);
+        }
+        for c in self.containers.values_mut() {
+            if let Some(w) = &mut c.oom {
+                w.on_timer(now);
+            }
         }
         for h in self.helpers.values_mut() {
             if h.deadline.is_some_and(|t| now >= t) {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{assert_status, texts, Env};
+use common::{assert_status, pod_sc, sc, texts, Env};
 use crius_api::v1::*;
 use crius_tests::images::{self, TestImage};
 use crius_tests::TestDir;
@@ -59,24 +59,6 @@ async fn pod(
         config,
         name: name.to_string(),
     }
-}
-
-/// The pod's security context (created if missing).
-fn pod_sc(config: &mut PodSandboxConfig) -> &mut LinuxSandboxSecurityContext {
-    config
-        .linux
-        .get_or_insert_with(Default::default)
-        .security_context
-        .get_or_insert_with(Default::default)
-}
-
-/// The container's security context (created if missing).
-fn sc(config: &mut ContainerConfig) -> &mut LinuxContainerSecurityContext {
-    config
-        .linux
-        .get_or_insert_with(Default::default)
-        .security_context
-        .get_or_insert_with(Default::default)
 }
 
 fn container(env: &Env, name: &str, cmd: &[&str]) -> ContainerConfig {

@@ -8,7 +8,7 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 
-use common::{assert_status, Env};
+use common::{assert_status, pod_sc, sc, Env};
 use crius_api::v1::*;
 use crius_tests::images::{self, TestImage};
 use crius_tests::TestDir;
@@ -34,21 +34,13 @@ fn userns(host: u32) -> UserNamespace {
 }
 
 fn namespace_options(config: &mut PodSandboxConfig) -> &mut NamespaceOption {
-    config
-        .linux
-        .get_or_insert_with(Default::default)
-        .security_context
-        .get_or_insert_with(Default::default)
+    pod_sc(config)
         .namespace_options
         .get_or_insert_with(Default::default)
 }
 
 fn container_userns(config: &mut ContainerConfig, ns: UserNamespace) {
-    config
-        .linux
-        .get_or_insert_with(Default::default)
-        .security_context
-        .get_or_insert_with(Default::default)
+    sc(config)
         .namespace_options
         .get_or_insert_with(Default::default)
         .userns_options = Some(ns);

@@ -601,6 +601,24 @@ fn remove_cgroup_tree(dir: &Path) {
     let _ = std::fs::remove_dir(dir);
 }
 
+/// The pod's security context (created if missing).
+pub fn pod_sc(config: &mut PodSandboxConfig) -> &mut LinuxSandboxSecurityContext {
+    config
+        .linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+}
+
+/// The container's security context (created if missing).
+pub fn sc(config: &mut ContainerConfig) -> &mut LinuxContainerSecurityContext {
+    config
+        .linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+}
+
 /// Polls `f` every 50 ms until it returns `Some`, panicking with `what` after `limit`.
 pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
 where

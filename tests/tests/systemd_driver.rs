@@ -234,6 +234,33 @@ async fn pods_and_containers_run_in_systemd_units() {
         assert_eq!(p["MemoryMax"], want);
     }
 
+    // An OOM kill is still seen as one, although systemd collects the scope (and its cgroup)
+    // as soon as the container's last process is gone.
+    let mut hog = env.container_config(
+        "sd-hog",
+        &[
+            "sh",
+            "-c",
+            "x=0123456789abcdef; while true; do x=$x$x; done",
+        ],
+    );
+    hog.linux = Some(LinuxContainerConfig {
+        resources: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 32 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let hog = env.create_start(&pod, &config, hog).await;
+    let s = env.wait_exited(&hog, Duration::from_secs(60)).await;
+    assert_eq!(
+        (s.exit_code, s.reason.as_str()),
+        (137, "OOMKilled"),
+        "{s:?}"
+    );
+    env.remove(&hog).await;
+    wait_unit_gone(&systemd, &format!("crius-{hog}.scope")).await;
+
     // A container that ends by itself: systemd collects its scope at once (cgroup included),
     // crius still reports how it ended and removes it cleanly.
     let done = env

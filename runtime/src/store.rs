@@ -46,6 +46,12 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    #[error("create database {path}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("open database {path}")]
     Open {
         path: PathBuf,
@@ -95,6 +101,25 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Makes a new, empty database at `path` whole or not at all: redb writes its header after
+/// creating the file, and a crius killed in between would leave a file no later start can
+/// open. So it is made beside, synced, and renamed into place.
+fn create_atomically(path: &Path) -> std::io::Result<()> {
+    let tmp = path.with_extension("db.new");
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    drop(Database::create(&tmp).map_err(std::io::Error::other)?);
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating if needed) `<root>/crius.db` and checks its schema version.
     pub fn open(root: &Path) -> Result<Store> {
@@ -107,6 +132,12 @@ impl Store {
             path: path.clone(),
             source,
         };
+        if !path.exists() {
+            create_atomically(&path).map_err(|source| StoreError::Create {
+                path: path.clone(),
+                source,
+            })?;
+        }
         let db = Database::create(&path).map_err(|e| open_err(e.into()))?;
         let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
         {
@@ -269,6 +300,17 @@ fn decode<T: DeserializeOwned>(table: Table, key: &str, bytes: &[u8]) -> Result<
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_creation_cut_short_leaves_no_unopenable_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // what a crius killed inside Database::create could leave beside the database
+        std::fs::write(dir.path().join("crius.db.new"), b"").unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert!(!dir.path().join("crius.db.new").exists());
+        drop(store);
+        Store::open(dir.path()).unwrap();
+    }
+
     use super::*;
     use serde::Deserialize;
 

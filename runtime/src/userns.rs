@@ -109,19 +109,24 @@ struct Holder {
 
 impl Holder {
     fn spawn(program: HolderProgram<'_>, flags: libc::c_int) -> Result<Holder, UsernsError> {
+        let parent = std::process::id();
         let mut cmd = Command::new(program.path);
         cmd.args(program.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: the closure runs in the forked child before exec and makes two syscalls,
-        // prctl and unshare, which are async-signal-safe; the child has a single thread, as a
+        // SAFETY: the closure runs in the forked child before exec and makes only syscalls
+        // (prctl, getppid, unshare), which are async-signal-safe; the child has a single thread, as a
         // new user namespace requires.
         unsafe {
             cmd.pre_exec(move || {
                 // a crius killed meanwhile takes the holder with it
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                     return Err(io::Error::last_os_error());
+                }
+                // crius died before the prctl: nobody would kill this holder
+                if libc::getppid() as u32 != parent {
+                    return Err(io::Error::from(io::ErrorKind::Interrupted));
                 }
                 if libc::unshare(flags) == -1 {
                     return Err(io::Error::last_os_error());

@@ -51,11 +51,20 @@ struct Daemon(Option<Child>);
 impl Daemon {
     fn start(dirs: &Dirs) -> Daemon {
         let child = dirs.command().stderr(Stdio::piped()).spawn().unwrap();
-        let d = Daemon(Some(child));
-        wait_for(|| {
+        let mut d = Daemon(Some(child));
+        let serving = poll(|| {
             std::fs::symlink_metadata(dirs.socket()).is_ok_and(|m| m.file_type().is_socket())
                 && std::os::unix::net::UnixStream::connect(dirs.socket()).is_ok()
         });
+        if !serving {
+            let mut child = d.0.take().unwrap();
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "crius did not serve within 10 s; its stderr:\n{}",
+                stderr(&out)
+            );
+        }
         d
     }
     fn signal(&self, sig: libc::c_int) {
@@ -77,12 +86,20 @@ impl Drop for Daemon {
     }
 }
 
-fn wait_for(mut f: impl FnMut() -> bool) {
+/// Polls `f` every 20 ms for up to 10 s; whether it came true.
+fn poll(mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !f() {
-        assert!(Instant::now() < deadline, "timed out");
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+    true
+}
+
+fn wait_for(f: impl FnMut() -> bool) {
+    assert!(poll(f), "timed out");
 }
 
 fn stderr(o: &Output) -> String {
@@ -230,9 +247,13 @@ fn stale_socket_from_a_killed_crius_is_replaced() {
     d.signal(libc::SIGKILL);
     let _ = d.wait();
     assert!(dirs.socket().exists(), "SIGKILL leaves the socket file");
+    // A child crius was forking at the kill holds the listener until it execs: only once
+    // nobody listens is a connection proof that the new crius serves.
+    wait_for(|| std::os::unix::net::UnixStream::connect(dirs.socket()).is_err());
     let d = Daemon::start(&dirs);
     d.signal(libc::SIGTERM);
-    assert!(d.wait().status.success());
+    let out = d.wait();
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
 }
 
 #[test]

@@ -8,17 +8,38 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A new 64-hex-digit id, as kubelet expects for pods and containers.
 pub fn new_id() -> String {
-    let mut bytes = [0u8; 32];
+    random_hex(32)
+}
+
+/// `len` random bytes from the kernel, as hex digits.
+pub fn random_hex(len: usize) -> String {
+    let mut bytes = vec![0u8; len];
     let mut filled = 0;
-    while filled < bytes.len() {
+    while filled < len {
         // SAFETY: getrandom writes at most the given length into the buffer we own.
-        let n = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
+        let n = unsafe { libc::getrandom(bytes[filled..].as_mut_ptr().cast(), len - filled, 0) };
         if n > 0 {
             filled += n as usize;
+            continue;
         }
-        // n < 0 is EINTR (the pool is initialised long before crius runs): try again.
+        if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        // No getrandom(2): the same pool through its device, or at worst the clock and a
+        // counter (unique, if not secret).
+        let from_device = std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes[filled..]));
+        if from_device.is_err() {
+            static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let seed = now_nanos() as u64
+                ^ COUNTER
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    .rotate_left(32);
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = (seed.rotate_left((i % 8) as u32 * 8) >> 56) as u8 ^ i as u8;
+            }
+        }
+        break;
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

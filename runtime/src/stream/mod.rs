@@ -259,21 +259,7 @@ impl StreamServer {
                 }
             }
         });
-        let mut resp = Response::new(Full::new(Bytes::new()));
-        *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-        let h = resp.headers_mut();
-        h.insert(
-            hyper::header::CONNECTION,
-            hyper::header::HeaderValue::from_static("Upgrade"),
-        );
-        h.insert(
-            hyper::header::UPGRADE,
-            hyper::header::HeaderValue::from_static("SPDY/3.1"),
-        );
-        if let Ok(v) = chosen.parse() {
-            h.insert("x-stream-protocol-version", v);
-        }
-        resp
+        switching_protocols("SPDY/3.1", &[("x-stream-protocol-version", &chosen)])
     }
 }
 
@@ -336,25 +322,39 @@ impl StreamServer {
                 }
             }
         });
-        let mut resp = Response::new(Full::new(Bytes::new()));
-        *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-        let h = resp.headers_mut();
-        h.insert(
-            hyper::header::CONNECTION,
-            hyper::header::HeaderValue::from_static("Upgrade"),
-        );
-        h.insert(
-            hyper::header::UPGRADE,
-            hyper::header::HeaderValue::from_static("websocket"),
-        );
-        if let Ok(v) = key.parse() {
-            h.insert("sec-websocket-accept", v);
-        }
-        if let Ok(v) = chosen.parse() {
-            h.insert("sec-websocket-protocol", v);
-        }
-        resp
+        switching_protocols(
+            "websocket",
+            &[
+                ("sec-websocket-accept", &key),
+                ("sec-websocket-protocol", &chosen),
+            ],
+        )
     }
+}
+
+/// A `101 Switching Protocols` to `upgrade`, with `headers` (those whose value is not a valid
+/// header value are left out).
+fn switching_protocols(
+    upgrade: &'static str,
+    headers: &[(&'static str, &str)],
+) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("Upgrade"),
+    );
+    h.insert(
+        hyper::header::UPGRADE,
+        hyper::header::HeaderValue::from_static(upgrade),
+    );
+    for (name, value) in headers {
+        if let Ok(v) = value.parse() {
+            h.insert(*name, v);
+        }
+    }
+    resp
 }
 
 /// Every value of header `name`, comma-separated lists split.
@@ -377,27 +377,7 @@ fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
 
 /// 128 random bits, URL-safe.
 fn new_token() -> String {
-    let mut bytes = [0u8; 16];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: getrandom writes at most the length we pass into our buffer.
-        let n = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
-        if n > 0 {
-            filled += n as usize;
-        } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // No kernel randomness: fall back on time and a counter, still unguessable
-            // enough for a loopback URL that lives a minute.
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            bytes = nanos.to_le_bytes();
-            break;
-        }
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::util::random_hex(16)
 }
 
 #[cfg(test)]

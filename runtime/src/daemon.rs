@@ -108,16 +108,10 @@ impl Daemon {
             .install_pause(&self.pause_binary)
             .await
             .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
-        let (pause, root) = (self.pause_binary.clone(), self.config.root.clone());
-        let userns = tokio::task::spawn_blocking(move || {
-            let holder = crate::userns::HolderProgram {
-                path: &pause,
-                args: &[],
-            };
-            crate::userns::probe(holder, &root)
-        })
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+        let root = self.config.root.clone();
+        let userns = tokio::task::spawn_blocking(move || crate::userns::probe(&root))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
         if let Err(why) = &userns {
             tracing::info!("user-namespaced pods are not supported here: {why}");
         }

@@ -3,10 +3,10 @@
 //! # A pod's namespaces
 //!
 //! A user-namespaced pod gets its user namespace and its network namespace from one short-lived
-//! process: crius starts the pause binary with `unshare(CLONE_NEWUSER | CLONE_NEWNET)` between
-//! fork and exec (the kernel makes the user namespace first and the network namespace owned by
-//! it), writes the pod's `uid_map` and `gid_map`, pins both namespaces with bind mounts
-//! (`<state>/userns/<id>` and the usual netns pin), and kills the process. The pause container
+//! forked child of crius that calls `unshare(CLONE_NEWUSER | CLONE_NEWNET)` (the kernel makes the
+//! user namespace first and the network namespace owned by it) and waits; crius writes the pod's
+//! `uid_map` and `gid_map`, pins both namespaces with bind mounts (`<state>/userns/<id>` and the
+//! usual netns pin), and lets the child exit. The pause container
 //! then joins the pinned user namespace first and the pinned netns after it; containers join
 //! the pause's. A network namespace owned by the pod's user namespace is what lets the pod's
 //! root mount sysfs and set `net.*` sysctls, and host root (CNI plugins) may still enter it.
@@ -24,9 +24,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use oci_spec::runtime::LinuxIdMapping;
 
@@ -95,60 +93,133 @@ impl IdMaps {
     }
 }
 
-/// A program that waits to be killed (crius uses the pause binary), with its arguments.
-#[derive(Debug, Clone, Copy)]
-pub struct HolderProgram<'a> {
-    pub path: &'a Path,
-    pub args: &'a [&'a str],
+/// A forked child of crius that unshared new namespaces (`flags`) and waits, so that their
+/// `/proc/<pid>/ns/*` can be written to and pinned. It never execs: between the fork and its
+/// `_exit` it makes only async-signal-safe syscalls, as a fork of a threaded process must. It
+/// exits when its end of the release pipe reads EOF: when the holder is dropped, and also when
+/// crius dies, however (the kernel closes crius's end), so no holder ever outlives its use.
+struct Holder {
+    pid: libc::pid_t,
+    /// Our end of the release pipe; closing it lets the child exit.
+    release: Option<OwnedFd>,
 }
 
-/// A process of a [`HolderProgram`] in new namespaces (`flags`), killed and reaped on drop.
-struct Holder {
-    child: std::process::Child,
+/// A pipe, both ends close-on-exec (no exec happens, but other forks of crius may).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills the two-element array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: two fresh descriptors nobody else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The child's side of [`Holder::spawn`]: unshare, report the errno (0 for success) on
+/// `ready`, wait for EOF on `release`, exit. Only async-signal-safe calls.
+///
+/// # Safety
+/// To be called only in the child right after `fork`, with the raw descriptors of the pipes.
+unsafe fn holder_child(flags: libc::c_int, parent: libc::pid_t, fds: [libc::c_int; 4]) -> ! {
+    // SAFETY: plain syscalls on descriptors the fork gave us and on our own stack buffers.
+    unsafe {
+        let [ready_r, ready_w, release_r, release_w] = fds;
+        libc::close(ready_r);
+        libc::close(release_w);
+        // a crius dying from here on takes the holder with it, and one already gone is noticed
+        let mut errno: libc::c_int = 0;
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 || libc::getppid() != parent {
+            libc::_exit(1);
+        }
+        if libc::unshare(flags) == -1 {
+            errno = *libc::__errno_location();
+        }
+        let bytes = errno.to_ne_bytes();
+        libc::write(ready_w, bytes.as_ptr().cast(), bytes.len());
+        let mut b = 0u8;
+        while libc::read(release_r, (&mut b as *mut u8).cast(), 1) == -1
+            && *libc::__errno_location() == libc::EINTR
+        {}
+        libc::_exit(0)
+    }
 }
 
 impl Holder {
-    fn spawn(program: HolderProgram<'_>, flags: libc::c_int) -> Result<Holder, UsernsError> {
-        let parent = std::process::id();
-        let mut cmd = Command::new(program.path);
-        cmd.args(program.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: the closure runs in the forked child before exec and makes only syscalls
-        // (prctl, getppid, unshare), which are async-signal-safe; the child has a single thread, as a
-        // new user namespace requires.
-        unsafe {
-            cmd.pre_exec(move || {
-                // a crius killed meanwhile takes the holder with it
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                // crius died before the prctl: nobody would kill this holder
-                if libc::getppid() as u32 != parent {
-                    return Err(io::Error::from(io::ErrorKind::Interrupted));
-                }
-                if libc::unshare(flags) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
+    fn spawn(flags: libc::c_int) -> Result<Holder, UsernsError> {
+        let here = Path::new("/proc/self");
+        let (ready_r, ready_w) = pipe().map_err(io_err("pipe for a namespace holder", here))?;
+        let (release_r, release_w) = pipe().map_err(io_err("pipe for a namespace holder", here))?;
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        let fds = [
+            ready_r.as_raw_fd(),
+            ready_w.as_raw_fd(),
+            release_r.as_raw_fd(),
+            release_w.as_raw_fd(),
+        ];
+        // SAFETY: the child runs only `holder_child` (async-signal-safe syscalls, then _exit).
+        let pid = unsafe { libc::fork() };
+        if pid == -1 {
+            return Err(io_err("fork a namespace holder", here)(
+                io::Error::last_os_error(),
+            ));
         }
-        let child = cmd
-            .spawn()
-            .map_err(io_err("start a namespace holder from", program.path))?;
-        Ok(Holder { child })
+        if pid == 0 {
+            // SAFETY: in the child right after fork, with the pipes' raw descriptors.
+            unsafe { holder_child(flags, parent, fds) }
+        }
+        drop((ready_w, release_r));
+        let holder = Holder {
+            pid,
+            release: Some(release_w),
+        };
+        let mut bytes = [0u8; 4];
+        let mut got = 0;
+        while got < bytes.len() {
+            // SAFETY: read into the part of our buffer not yet filled.
+            let n = unsafe {
+                libc::read(
+                    ready_r.as_raw_fd(),
+                    bytes[got..].as_mut_ptr().cast(),
+                    bytes.len() - got,
+                )
+            };
+            match n {
+                n if n > 0 => got += n as usize,
+                0 => break,
+                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+                _ => break,
+            }
+        }
+        let errno = i32::from_ne_bytes(bytes);
+        if got < bytes.len() || errno != 0 {
+            let cause = if got < bytes.len() {
+                io::Error::other("the holder exited before it reported")
+            } else {
+                io::Error::from_raw_os_error(errno)
+            };
+            return Err(io_err("unshare namespaces in a holder", here)(cause));
+        }
+        Ok(holder)
     }
 
     fn ns(&self, name: &str) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/ns/{name}", self.child.id()))
+        PathBuf::from(format!("/proc/{}/ns/{name}", self.pid))
     }
 }
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        drop(self.release.take());
+        // Another holder forked meanwhile may hold a copy of the release pipe: do not wait for
+        // it to go.
+        // SAFETY: kill and waitpid on our own child, not yet reaped.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        let mut status = 0;
+        // SAFETY: as above.
+        while unsafe { libc::waitpid(self.pid, &mut status, 0) } == -1
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
     }
 }
 
@@ -156,14 +227,13 @@ impl Drop for Holder {
 /// first at `userns_pin` and the second at `<netns_dir>/<id>` (loopback up), and returns the
 /// netns pin. On failure nothing is left pinned.
 pub fn create_pod_namespaces(
-    holder: HolderProgram<'_>,
     maps: &IdMaps,
     userns_pin: &Path,
     netns_dir: &Path,
     id: &str,
 ) -> Result<PathBuf, UsernsError> {
-    let proc = Holder::spawn(holder, libc::CLONE_NEWUSER | libc::CLONE_NEWNET)?;
-    maps.write_to(proc.child.id())?;
+    let proc = Holder::spawn(libc::CLONE_NEWUSER | libc::CLONE_NEWNET)?;
+    maps.write_to(proc.pid as u32)?;
     pin_ns(&proc.ns("user"), userns_pin)?;
     match crius_cni::netns::pin(&proc.ns("net"), netns_dir, id) {
         Ok(netns) => Ok(netns),
@@ -175,9 +245,9 @@ pub fn create_pod_namespaces(
 }
 
 /// Opens a new user namespace with `maps`, for idmapped mounts whose mapping is not the pod's.
-pub fn open_new(holder: HolderProgram<'_>, maps: &IdMaps) -> Result<OwnedFd, UsernsError> {
-    let proc = Holder::spawn(holder, libc::CLONE_NEWUSER)?;
-    maps.write_to(proc.child.id())?;
+pub fn open_new(maps: &IdMaps) -> Result<OwnedFd, UsernsError> {
+    let proc = Holder::spawn(libc::CLONE_NEWUSER)?;
+    maps.write_to(proc.pid as u32)?;
     let path = proc.ns("user");
     let file = std::fs::File::open(&path).map_err(io_err("open", &path))?;
     Ok(OwnedFd::from(file))
@@ -215,7 +285,7 @@ pub fn unpin(pin: &Path) -> Result<(), UsernsError> {
 /// Whether user-namespaced pods can work here: Linux 5.19 or later (overlayfs over idmapped
 /// layers) and an idmapped bind of a directory under `root` (where the image layers are)
 /// succeeds. The error says what is missing.
-pub fn probe(holder: HolderProgram<'_>, root: &Path) -> Result<(), String> {
+pub fn probe(root: &Path) -> Result<(), String> {
     if !crate::util::kernel_at_least(5, 19) {
         return Err("Linux 5.19 or later is needed for overlayfs over idmapped layers".into());
     }
@@ -232,7 +302,7 @@ pub fn probe(holder: HolderProgram<'_>, root: &Path) -> Result<(), String> {
             uids: vec![mapping],
             gids: vec![mapping],
         };
-        let ns = open_new(holder, &maps)?;
+        let ns = open_new(&maps)?;
         idmapped_bind(&src, &dst, std::os::fd::AsFd::as_fd(&ns), false)
     })();
     let _ = crate::mounts::unmount(&dst);
@@ -368,12 +438,6 @@ mod tests {
     }
 
     /// A static program that waits to be killed: `sleep` from busybox-static.
-    fn holder() -> HolderProgram<'static> {
-        HolderProgram {
-            path: Path::new("/bin/busybox"),
-            args: &["sleep", "1000"],
-        }
-    }
 
     #[test]
     fn idmapped_bind_shows_host_root_files_as_the_mapped_root() {
@@ -387,7 +451,7 @@ mod tests {
         std::fs::create_dir_all(&src).unwrap();
         std::fs::create_dir_all(&dst).unwrap();
         std::fs::write(src.join("f"), "x").unwrap();
-        let ns = open_new(holder(), &maps(200000)).unwrap();
+        let ns = open_new(&maps(200000)).unwrap();
         idmapped_bind(&src, &dst, ns.as_fd(), false).unwrap();
         let uid = std::fs::metadata(dst.join("f")).map(|m| m.uid());
         crate::mounts::unmount(&dst).unwrap();

@@ -205,11 +205,7 @@ impl Daemon {
             let fd = match userns {
                 Some(ns) if ns.maps == maps => ns.fd.as_fd(),
                 _ => {
-                    let holder = userns::HolderProgram {
-                        path: &self.pause_binary,
-                        args: &[],
-                    };
-                    own = userns::open_new(holder, &maps).map_err(userns_err)?;
+                    own = userns::open_new(&maps).map_err(userns_err)?;
                     own.as_fd()
                 }
             };

@@ -267,23 +267,20 @@ impl Daemon {
         if !record.host_network {
             let dir = paths.netns_dir.clone();
             let nid = id.clone();
-            let (pause, userns_pin) = (self.pause_binary.clone(), paths.userns.clone());
+            let userns_pin = paths.userns.clone();
             let netns = tokio::task::spawn_blocking(move || match id_maps {
                 None => crius_cni::netns::create(&dir, &nid).map_err(Error::from),
                 Some(maps) => {
-                    let holder = crate::userns::HolderProgram {
-                        path: &pause,
-                        args: &[],
-                    };
-                    crate::userns::create_pod_namespaces(holder, &maps, &userns_pin, &dir, &nid)
-                        .map_err(|e| match e.refused_mapping() {
+                    crate::userns::create_pod_namespaces(&maps, &userns_pin, &dir, &nid).map_err(
+                        |e| match e.refused_mapping() {
                             // the kernel's word on the mapping the request gave
                             true => Error::InvalidArgument(format!(
                                 "userns_options: {}",
                                 crate::error::chain(&e)
                             )),
                             false => Error::internal("create the pod's user namespace", e),
-                        })
+                        },
+                    )
                 }
             })
             .await

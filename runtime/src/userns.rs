@@ -289,6 +289,19 @@ pub fn probe(root: &Path) -> Result<(), String> {
     if !crate::util::kernel_at_least(5, 19) {
         return Err("Linux 5.19 or later is needed for overlayfs over idmapped layers".into());
     }
+    // what a crius killed during its own probe left
+    if let Ok(entries) = std::fs::read_dir(root.join("tmp")) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with("userns-probe-") {
+                let old = e.path();
+                if crate::mounts::unmount(&old.join("dst")).is_ok() {
+                    let _ = std::fs::remove_dir(old.join("src"));
+                    let _ = std::fs::remove_dir(old.join("dst"));
+                    let _ = std::fs::remove_dir(&old);
+                }
+            }
+        }
+    }
     let dir = root
         .join("tmp")
         .join(format!("userns-probe-{}", std::process::id()));

@@ -482,16 +482,7 @@ async fn reopen_log_continues_in_a_new_file() {
     let pod_config = env.pod_config("reopen", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let cmd = "i=0; while true; do echo line-$i; i=$((i+1)); sleep 0.05; done";
-    let c = env
-        .create_start(
-            &pod,
-            &pod_config,
-            env.container_config("ticker", &["sh", "-c", cmd]),
-        )
-        .await;
-    let log = env.log_dir("reopen").join("ticker.log");
-    env.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
-        .await;
+    let (c, log) = env.start_ticker(&pod, &pod_config, "reopen", cmd).await;
     let rotated = log.with_extension("log.1");
     std::fs::rename(&log, &rotated).unwrap();
     env.rt()

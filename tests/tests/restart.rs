@@ -196,15 +196,7 @@ async fn shim_killed() {
     let s = env.wait_exited(&sleeper, Duration::from_secs(20)).await;
     assert_ne!(s.exit_code, 0, "{s:?}");
     // The pod is not ready any more: kubelet will replace it.
-    wait_for(
-        "the pod to be not ready",
-        Duration::from_secs(10),
-        || async {
-            (env.pod_status(&pod).await.state == PodSandboxState::SandboxNotready as i32)
-                .then_some(())
-        },
-    )
-    .await;
+    env.wait_pod_not_ready(&pod).await;
     assert!(!s.reason.is_empty(), "{s:?}");
     assert!(s.message.contains("shim"), "message should say why: {s:?}");
     // Nothing of the container keeps running once crius reports it exited.
@@ -263,15 +255,7 @@ async fn shim_killed_while_crius_is_down() {
 
     let s = env.wait_exited(&sleeper, Duration::from_secs(20)).await;
     assert!(s.message.contains("shim"), "{s:?}");
-    wait_for(
-        "the pod to be not ready",
-        Duration::from_secs(10),
-        || async {
-            (env.pod_status(&pod).await.state == PodSandboxState::SandboxNotready as i32)
-                .then_some(())
-        },
-    )
-    .await;
+    env.wait_pod_not_ready(&pod).await;
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
@@ -411,16 +395,7 @@ async fn crius_killed_during_stop_container() {
     let pod_config = env.pod_config("stopping", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let cmd = "trap '' TERM USR1; i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.05; done";
-    let c = env
-        .create_start(
-            &pod,
-            &pod_config,
-            env.container_config("ticker", &["sh", "-c", cmd]),
-        )
-        .await;
-    let log = env.log_dir("stopping").join("ticker.log");
-    env.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
-        .await;
+    let (c, log) = env.start_ticker(&pod, &pod_config, "stopping", cmd).await;
     let mut rt = env.rt();
     let id = c.clone();
     let call = tokio::spawn(async move {
@@ -594,15 +569,7 @@ async fn pause_killed() {
     // ready any more.
     let s = env.wait_exited(&c, Duration::from_secs(10)).await;
     assert_eq!((s.exit_code, s.reason.as_str()), (137, "Error"), "{s:?}");
-    wait_for(
-        "the pod to be not ready",
-        Duration::from_secs(10),
-        || async {
-            (env.pod_status(&pod).await.state == PodSandboxState::SandboxNotready as i32)
-                .then_some(())
-        },
-    )
-    .await;
+    env.wait_pod_not_ready(&pod).await;
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;

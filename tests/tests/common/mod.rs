@@ -430,6 +430,36 @@ impl Env {
         .await
     }
 
+    /// Starts container `ticker` running `sh -c script` in pod `pod_name` and waits for three
+    /// lines of its log; returns its id and log path.
+    pub async fn start_ticker(
+        &self,
+        pod: &str,
+        pod_config: &PodSandboxConfig,
+        pod_name: &str,
+        script: &str,
+    ) -> (String, PathBuf) {
+        let config = self.container_config("ticker", &["sh", "-c", script]);
+        let id = self.create_start(pod, pod_config, config).await;
+        let log = self.log_dir(pod_name).join("ticker.log");
+        self.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
+            .await;
+        (id, log)
+    }
+
+    /// Waits (up to 10 s) for the pod to be reported not ready.
+    pub async fn wait_pod_not_ready(&self, pod: &str) {
+        wait_for(
+            "the pod to be not ready",
+            Duration::from_secs(10),
+            || async {
+                (self.pod_status(pod).await.state == PodSandboxState::SandboxNotready as i32)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     /// Asserts that a removed pod left nothing: no record, no state dir, no netns pin, no
     /// mount naming it, no cgroup `/sys/fs/cgroup/*/crius/<id>`, no shim or container process.
     pub async fn assert_pod_gone(&self, id: &str) {

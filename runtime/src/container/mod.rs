@@ -359,10 +359,7 @@ impl Daemon {
                 crate::error::chain(&e)
             ))
         })?;
-        let root = maps.host_root().ok_or_else(|| {
-            Error::InvalidArgument("userns_options do not map container id 0".into())
-        })?;
-        Ok(Some(volumes::PodUserns { fd, maps, root }))
+        Ok(Some(volumes::PodUserns { fd, maps }))
     }
 
     /// The pid of the container a `TARGET` pid namespace points at.

@@ -10,7 +10,7 @@
 //! - Idmapped volumes (`Mount.uid_mappings`/`gid_mappings`, which kubelet sends in a
 //!   user-namespaced pod): an idmapped bind of the host path at `volume-<i>`.
 //! - PRIVATE mounts of a container that also has a propagating one: a private bind of the host
-//!   path at `private-<i>` (see `Daemon::isolate_private_mounts`).
+//!   path at `private-<i>` (see `isolate_private_mounts`).
 //!
 //! Nothing here is ever removed recursively: a staged mount is unmounted, then its mount
 //! point removed, so a failed unmount never reaches into the host files behind it.
@@ -29,8 +29,6 @@ use crate::userns::{self, IdMaps};
 pub(crate) struct PodUserns {
     pub fd: OwnedFd,
     pub maps: IdMaps,
-    /// Host uid and gid of the pod's root.
-    pub root: (u32, u32),
 }
 
 pub(crate) fn staging_dir(bundle: &Path) -> PathBuf {
@@ -95,12 +93,12 @@ pub(crate) fn mount_rootfs(
     staging: &Path,
     userns: Option<&PodUserns>,
 ) -> Result<()> {
-    let Some(ns) = userns else {
+    let Some((ns, (uid, gid))) = userns.and_then(|ns| Some((ns, ns.maps.host_root()?))) else {
         return Ok(mounts::mount_overlay(lowerdirs, upper, work, target)?);
     };
     for dir in [upper, work] {
         mkdir(dir)?;
-        std::os::unix::fs::chown(dir, Some(ns.root.0), Some(ns.root.1))
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid))
             .map_err(|e| internal("chown", dir, e))?;
     }
     mkdir(staging)?;
@@ -139,6 +137,36 @@ fn mount_point_for(m: &crius_api::v1::Mount, staging: &Path, name: &str) -> Resu
         std::fs::File::create(&target).map_err(|e| internal("create", &target, e))?;
     }
     Ok(target)
+}
+
+/// Gives PRIVATE mounts a private source when another mount of the container propagates.
+/// libcontainer 0.7 ignores the propagation of each bind: a bind is a clone of its source
+/// in the container's mount namespace, which the root's propagation (`slave` or `shared`
+/// as soon as one mount propagates) made a receiver of host mounts. A private staged copy
+/// stays private there, and so does the container's bind of it.
+fn isolate_private_mounts(config: &mut ContainerConfig, staging: &Path) -> Result<()> {
+    let private = MountPropagation::PropagationPrivate as i32;
+    if config.mounts.iter().all(|m| m.propagation == private) {
+        return Ok(());
+    }
+    for (i, m) in config.mounts.iter_mut().enumerate() {
+        if m.propagation != private {
+            continue;
+        }
+        let source = PathBuf::from(&m.host_path);
+        // already staged (image or idmapped volume): its mount point is the first
+        // component under the staging directory
+        if let Ok(rest) = source.strip_prefix(staging) {
+            if let Some(first) = rest.components().next() {
+                mounts::make_private(&staging.join(first))?;
+            }
+            continue;
+        }
+        let target = mount_point_for(m, staging, &format!("private-{i}"))?;
+        mounts::bind_private(&source, &target)?;
+        m.host_path = target.to_string_lossy().into_owned();
+    }
+    Ok(())
 }
 
 impl Daemon {
@@ -214,38 +242,8 @@ impl Daemon {
             m.uid_mappings.clear();
             m.gid_mappings.clear();
         }
-        self.isolate_private_mounts(&mut out, staging)?;
+        isolate_private_mounts(&mut out, staging)?;
         Ok(out)
-    }
-
-    /// Gives PRIVATE mounts a private source when another mount of the container propagates.
-    /// libcontainer 0.7 ignores the propagation of each bind: a bind is a clone of its source
-    /// in the container's mount namespace, which the root's propagation (`slave` or `shared`
-    /// as soon as one mount propagates) made a receiver of host mounts. A private staged copy
-    /// stays private there, and so does the container's bind of it.
-    fn isolate_private_mounts(&self, config: &mut ContainerConfig, staging: &Path) -> Result<()> {
-        let private = MountPropagation::PropagationPrivate as i32;
-        if config.mounts.iter().all(|m| m.propagation == private) {
-            return Ok(());
-        }
-        for (i, m) in config.mounts.iter_mut().enumerate() {
-            if m.propagation != private {
-                continue;
-            }
-            let source = PathBuf::from(&m.host_path);
-            // already staged (image or idmapped volume): its mount point is the first
-            // component under the staging directory
-            if let Ok(rest) = source.strip_prefix(staging) {
-                if let Some(first) = rest.components().next() {
-                    mounts::make_private(&staging.join(first))?;
-                }
-                continue;
-            }
-            let target = mount_point_for(m, staging, &format!("private-{i}"))?;
-            mounts::bind_private(&source, &target)?;
-            m.host_path = target.to_string_lossy().into_owned();
-        }
-        Ok(())
     }
 
     /// Mounts image `image`'s layers read-only at `<staging>/image-<i>`.

@@ -118,7 +118,6 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
     let Some(m) = config.metadata.as_ref() else {
         return Err(Error::InvalidArgument("config.metadata is required".into()));
     };
-    crate::spec::pod_id_maps(config)?;
     for (field, value) in [
         ("config.metadata.name", &m.name),
         ("config.metadata.namespace", &m.namespace),
@@ -167,7 +166,8 @@ impl Daemon {
         runtime_handler: String,
     ) -> Result<String> {
         validate(&config, &runtime_handler)?;
-        if crate::spec::pod_id_maps(&config)?.is_some() && !self.userns_supported() {
+        let id_maps = crate::spec::pod_id_maps(&config)?;
+        if id_maps.is_some() && !self.userns_supported() {
             return Err(Error::FailedPrecondition(
                 "userns_options mode POD: user namespaces are not supported on this node \
                  (see the log of crius's start for why)"
@@ -220,7 +220,7 @@ impl Daemon {
             let _ = self.store.release_name(&name, &id);
             return Err(e);
         }
-        match self.setup_pod(record, &config, ipc_mode).await {
+        match self.setup_pod(record, &config, ipc_mode, id_maps).await {
             Ok(()) => {
                 self.watch_pod(id.clone());
                 Ok(id)
@@ -240,6 +240,7 @@ impl Daemon {
         mut record: SandboxRecord,
         config: &PodSandboxConfig,
         ipc_mode: NamespaceMode,
+        id_maps: Option<crate::userns::IdMaps>,
     ) -> Result<()> {
         let id = record.id.clone();
         let paths = PodPaths::new(&self.config.state, &id);
@@ -258,7 +259,6 @@ impl Daemon {
             Some(paths.shm.clone())
         };
 
-        let id_maps = crate::spec::pod_id_maps(config)?;
         let id_maps_root = id_maps.as_ref().and_then(|m| m.host_root());
         if let Some((uid, gid)) = id_maps_root {
             // the pod's root owns its /etc files, as it would without a user namespace
@@ -321,9 +321,7 @@ impl Daemon {
             hosts: Some(&hosts),
             hostname_file: Some(&hostname_file),
             shm_dir: shm.as_deref(),
-            userns_path: Some(&paths.userns)
-                .filter(|p| p.exists())
-                .map(PathBuf::as_path),
+            userns_path: id_maps_root.is_some().then_some(paths.userns.as_path()),
         })?;
         write_spec(&paths.pause_bundle, &spec)?;
         let pause = shim

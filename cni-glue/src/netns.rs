@@ -110,19 +110,29 @@ pub fn create(dir: &Path, id: &str) -> Result<PathBuf> {
 /// it, say in a new user namespace) at `<dir>/<id>` and brings its loopback device up; returns
 /// the pin's path. The namespace outlives the process once pinned.
 pub fn pin(source: &Path, dir: &Path, id: &str) -> Result<PathBuf> {
+    let path = pin_any(source, dir, id)?;
+    let up = run_in(&path, loopback_up)
+        .and_then(|r| r.map_err(|e| netns_err("bring up lo in", &path, e)));
+    if let Err(e) = up {
+        let _ = remove(&path);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+/// Pins the namespace behind `source` (any kind: `/proc/<pid>/ns/user` too) at `<dir>/<id>`
+/// with a bind mount; returns the pin's path. [`remove`] unpins it.
+pub fn pin_any(source: &Path, dir: &Path, id: &str) -> Result<PathBuf> {
     let path = pin_file(dir, id)?;
-    let pinned = mount(
+    if let Err(e) = mount(
         Some(source),
         &path,
         None::<&str>,
         MsFlags::MS_BIND,
         None::<&str>,
-    )
-    .map_err(|e| netns_err("pin", &path, e))
-    .and_then(|()| run_in(&path, loopback_up)?.map_err(|e| netns_err("bring up lo in", &path, e)));
-    if let Err(e) = pinned {
+    ) {
         let _ = remove(&path);
-        return Err(e);
+        return Err(netns_err("pin", &path, e));
     }
     Ok(path)
 }

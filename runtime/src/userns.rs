@@ -44,8 +44,8 @@ pub enum UsernsError {
         #[source]
         source: io::Error,
     },
-    #[error("pin the pod's network namespace")]
-    Netns(#[from] crius_cni::Error),
+    #[error("pin the pod's namespaces")]
+    Pin(#[from] crius_cni::Error),
 }
 
 impl UsernsError {
@@ -224,24 +224,21 @@ impl Drop for Holder {
 }
 
 /// Creates a pod's user namespace with `maps` and a network namespace owned by it; pins the
-/// first at `userns_pin` and the second at `<netns_dir>/<id>` (loopback up), and returns the
-/// netns pin. On failure nothing is left pinned.
+/// first at `<userns_dir>/<id>` and the second at `<netns_dir>/<id>` (loopback up), and returns
+/// the netns pin. On failure nothing is left pinned.
 pub fn create_pod_namespaces(
     maps: &IdMaps,
-    userns_pin: &Path,
+    userns_dir: &Path,
     netns_dir: &Path,
     id: &str,
 ) -> Result<PathBuf, UsernsError> {
     let proc = Holder::spawn(libc::CLONE_NEWUSER | libc::CLONE_NEWNET)?;
     maps.write_to(proc.pid as u32)?;
-    pin_ns(&proc.ns("user"), userns_pin)?;
-    match crius_cni::netns::pin(&proc.ns("net"), netns_dir, id) {
-        Ok(netns) => Ok(netns),
-        Err(e) => {
-            let _ = unpin(userns_pin);
-            Err(e.into())
-        }
-    }
+    let userns = crius_cni::netns::pin_any(&proc.ns("user"), userns_dir, id)?;
+    crius_cni::netns::pin(&proc.ns("net"), netns_dir, id).map_err(|e| {
+        let _ = crius_cni::netns::remove(&userns);
+        e.into()
+    })
 }
 
 /// Opens a new user namespace with `maps`, for idmapped mounts whose mapping is not the pod's.
@@ -257,29 +254,6 @@ pub fn open_new(maps: &IdMaps) -> Result<OwnedFd, UsernsError> {
 pub fn open(path: &Path) -> Result<OwnedFd, UsernsError> {
     let file = std::fs::File::open(path).map_err(io_err("open user namespace", path))?;
     Ok(OwnedFd::from(file))
-}
-
-fn pin_ns(source: &Path, pin: &Path) -> Result<(), UsernsError> {
-    if let Some(dir) = pin.parent() {
-        std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(pin)
-        .map_err(io_err("create pin file", pin))?;
-    let bound = crate::mounts::mount(&source.to_string_lossy(), pin, "", libc::MS_BIND, "");
-    if let Err(e) = bound {
-        let _ = std::fs::remove_file(pin);
-        return Err(io_err("pin user namespace at", pin)(e));
-    }
-    Ok(())
-}
-
-/// Unpins a namespace pinned at `pin` (idempotent).
-pub fn unpin(pin: &Path) -> Result<(), UsernsError> {
-    crius_cni::netns::remove(pin)?;
-    Ok(())
 }
 
 /// Whether user-namespaced pods can work here: Linux 5.19 or later (overlayfs over idmapped

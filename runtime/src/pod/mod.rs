@@ -97,7 +97,8 @@ pub struct PodPaths {
     pub shm: PathBuf,
     pub pause_bundle: PathBuf,
     pub netns_dir: PathBuf,
-    /// The pin of the pod's user namespace, when it has one.
+    /// Where the pin of the pod's user namespace is, when it has one: `<userns_dir>/<id>`.
+    pub userns_dir: PathBuf,
     pub userns: PathBuf,
 }
 
@@ -109,6 +110,7 @@ impl PodPaths {
             pause_bundle: dir.join("pause"),
             dir,
             netns_dir: state.join("netns"),
+            userns_dir: state.join("userns"),
             userns: state.join("userns").join(id),
         }
     }
@@ -267,11 +269,11 @@ impl Daemon {
         if !record.host_network {
             let dir = paths.netns_dir.clone();
             let nid = id.clone();
-            let userns_pin = paths.userns.clone();
+            let userns_dir = paths.userns_dir.clone();
             let netns = tokio::task::spawn_blocking(move || match id_maps {
                 None => crius_cni::netns::create(&dir, &nid).map_err(Error::from),
                 Some(maps) => {
-                    crate::userns::create_pod_namespaces(&maps, &userns_pin, &dir, &nid).map_err(
+                    crate::userns::create_pod_namespaces(&maps, &userns_dir, &dir, &nid).map_err(
                         |e| match e.refused_mapping() {
                             // the kernel's word on the mapping the request gave
                             true => Error::InvalidArgument(format!(

@@ -33,7 +33,7 @@ pub(crate) fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
-pub(crate) fn mount(
+fn mount(
     source: &str,
     target: &Path,
     fstype: &str,
@@ -127,6 +127,15 @@ fn mkdir(path: &Path) -> Result<(), MountError> {
     })
 }
 
+/// The `lowerdir=` option of an overlay of `lowerdirs` (top first), with `index=off`.
+fn lower_options(lowerdirs: &[PathBuf]) -> String {
+    let lower: Vec<String> = lowerdirs
+        .iter()
+        .map(|d| d.to_string_lossy().into_owned())
+        .collect();
+    format!("lowerdir={},index=off", lower.join(":"))
+}
+
 /// Mounts an overlay of `lowerdirs` (top first) with `upper` and `work` on `target`.
 /// Without lowerdirs (an image with no layers) the rootfs is a bind of `upper`.
 pub fn mount_overlay(
@@ -146,13 +155,9 @@ pub fn mount_overlay(
     if lowerdirs.is_empty() {
         return mount(&upper.to_string_lossy(), target, "", libc::MS_BIND, "").map_err(err);
     }
-    let lower: Vec<String> = lowerdirs
-        .iter()
-        .map(|d| d.to_string_lossy().into_owned())
-        .collect();
     let data = format!(
-        "lowerdir={},upperdir={},workdir={},index=off",
-        lower.join(":"),
+        "{},upperdir={},workdir={}",
+        lower_options(lowerdirs),
         upper.display(),
         work.display()
     );
@@ -162,17 +167,17 @@ pub fn mount_overlay(
 /// Mounts a read-only overlay of `lowerdirs` (top first, at least two) on `target`.
 pub fn mount_overlay_read_only(lowerdirs: &[PathBuf], target: &Path) -> Result<(), MountError> {
     mkdir(target)?;
-    let lower: Vec<String> = lowerdirs
-        .iter()
-        .map(|d| d.to_string_lossy().into_owned())
-        .collect();
-    let data = format!("lowerdir={},index=off", lower.join(":"));
-    mount("overlay", target, "overlay", libc::MS_RDONLY, &data).map_err(|source| {
-        MountError::Mount {
-            what: "overlay",
-            target: target.to_path_buf(),
-            source,
-        }
+    mount(
+        "overlay",
+        target,
+        "overlay",
+        libc::MS_RDONLY,
+        &lower_options(lowerdirs),
+    )
+    .map_err(|source| MountError::Mount {
+        what: "overlay",
+        target: target.to_path_buf(),
+        source,
     })
 }
 

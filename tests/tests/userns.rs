@@ -325,6 +325,19 @@ async fn image_volumes() {
         assert_status(got, code, &[what]);
     }
 
+    // each image volume holds a lease of its own, dropped with the container
+    let leases = env.crius.root().join("leases");
+    let volume_leases = || {
+        std::fs::read_dir(&leases)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().contains(".vol"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(volume_leases(), 3);
+
     // the container's lease keeps the volume's layers after RemoveImage
     env.crius
         .image()
@@ -343,6 +356,7 @@ async fn image_volumes() {
 
     env.stop(&id, 0).await;
     env.remove(&id).await;
+    assert_eq!(volume_leases(), 0, "image volume leases left");
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;

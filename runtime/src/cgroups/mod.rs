@@ -422,8 +422,9 @@ fn unescape_mount_path(s: &str) -> String {
 /// everything below it in every hierarchy, leaf first. A cgroup that still has processes cannot
 /// be removed: that is reported, the rest is still removed. Missing directories are fine.
 /// With the systemd driver the unit crius made for it (a container's scope, a pod slice crius
-/// owns) is stopped first; systemd forgets a transient unit once it is stopped.
-pub fn remove(cgroup: &str) -> std::result::Result<(), std::io::Error> {
+/// owns) is stopped first, on a blocking thread (a D-Bus round trip); systemd forgets a
+/// transient unit once it is stopped. With cgroupfs nothing is awaited.
+pub async fn remove(cgroup: &str) -> std::result::Result<(), std::io::Error> {
     let path = fs_path(cgroup)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let rel = path.trim_start_matches('/');
@@ -431,8 +432,14 @@ pub fn remove(cgroup: &str) -> std::result::Result<(), std::io::Error> {
         return Ok(());
     }
     if let Some((sd, unit)) = own_unit(&path) {
-        if let Err(e) = sd.stop(unit) {
-            tracing::warn!("stop {unit}: {}", crate::error::chain(&e));
+        let unit = unit.to_string();
+        let stop = tokio::task::spawn_blocking(move || {
+            if let Err(e) = sd.stop(&unit) {
+                tracing::warn!("stop {unit}: {}", crate::error::chain(&e));
+            }
+        });
+        if let Err(e) = stop.await {
+            tracing::warn!("stop the unit of {path}: {e}");
         }
     }
     let mut first_err = None;

@@ -71,7 +71,7 @@ pub async fn remove_cgroup(cgroup: &str, limit: Duration) -> std::io::Result<()>
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         kill_cgroup_tree(cgroup);
-        match cgroups::remove(cgroup) {
+        match cgroups::remove(cgroup).await {
             Ok(()) => return Ok(()),
             Err(e)
                 if e.kind() == std::io::ErrorKind::ResourceBusy

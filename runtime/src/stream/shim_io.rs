@@ -105,29 +105,15 @@ impl ShimSession {
                 return Ok(None);
             }
             let mut chunk = [0u8; 4096];
-            let n = loop {
-                self.stream
-                    .ready(Interest::READABLE)
-                    .await
-                    .map_err(|source| StreamError::Shim {
-                        path: self.path.clone(),
-                        source,
-                    })?;
-                let raw = self.stream.as_raw_fd();
-                match self
-                    .stream
-                    .try_io(Interest::READABLE, || recv_with_fds(raw, &mut chunk, fds))
-                {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(source) => {
-                        return Err(StreamError::Shim {
-                            path: self.path.clone(),
-                            source,
-                        })
-                    }
-                }
-            };
+            let raw = self.stream.as_raw_fd();
+            let n = self
+                .stream
+                .async_io(Interest::READABLE, || recv_with_fds(raw, &mut chunk, fds))
+                .await
+                .map_err(|source| StreamError::Shim {
+                    path: self.path.clone(),
+                    source,
+                })?;
             if n == 0 {
                 return Ok(None);
             }
@@ -197,22 +183,19 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
 /// reads EIO, which is its end too).
 pub async fn read(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> io::Result<usize> {
     loop {
-        let mut guard = fd.readable().await?;
-        let result = guard.try_io(|inner| {
-            // SAFETY: reading into a buffer we own, of the length we pass.
-            let n = unsafe { libc::read(inner.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        });
+        let result = fd
+            .async_io(Interest::READABLE, |inner| {
+                // SAFETY: reading into a buffer we own, of the length we pass.
+                let n =
+                    unsafe { libc::read(inner.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                syscall_len(n)
+            })
+            .await;
         match result {
-            Ok(Ok(n)) => return Ok(n),
-            Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(Err(e)) => return Err(e),
-            Err(_would_block) => continue,
+            Ok(n) => return Ok(n),
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         }
     }
 }
@@ -220,24 +203,25 @@ pub async fn read(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> io::Result<usize> {
 /// Write all of `data` to a pipe or pty master.
 pub async fn write_all(fd: &AsyncFd<OwnedFd>, mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
-        let mut guard = fd.writable().await?;
-        let result = guard.try_io(|inner| {
-            // SAFETY: writing from a buffer we own, of the length we pass.
-            let n = unsafe { libc::write(inner.as_raw_fd(), data.as_ptr().cast(), data.len()) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        });
+        let result = fd
+            .async_io(Interest::WRITABLE, |inner| {
+                // SAFETY: writing from a buffer we own, of the length we pass.
+                let n = unsafe { libc::write(inner.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+                syscall_len(n)
+            })
+            .await;
         match result {
-            Ok(Ok(n)) => data = &data[n..],
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(Err(e)) => return Err(e),
-            Err(_would_block) => continue,
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         }
     }
     Ok(())
+}
+
+/// The length a `read`/`write` returned, or its error.
+fn syscall_len(n: libc::ssize_t) -> io::Result<usize> {
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
 /// Set the window size of a pty (`TIOCSWINSZ` on its master).

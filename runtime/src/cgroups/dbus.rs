@@ -689,7 +689,8 @@ pub fn unit_object_path(unit: &str) -> String {
 pub(crate) mod fake {
     use super::*;
 
-    fn message(
+    /// A message of `kind` answering `reply_serial`, with the `extra` string header fields.
+    pub(crate) fn message(
         kind: u8,
         reply_serial: Option<u32>,
         extra: &[(u8, &str, &str)],
@@ -844,39 +845,11 @@ mod tests {
         assert_eq!(b[104], 0b101);
     }
 
-    /// Builds a message as systemd would send it, from header fields and a body.
-    fn message(kind: u8, fields: impl FnOnce(&mut Writer), sig: &str, body: &[u8]) -> Vec<u8> {
-        let mut m = Writer::default();
-        m.byte(b'l');
-        m.byte(kind);
-        m.byte(0);
-        m.byte(1);
-        m.u32(len32(body.len()));
-        m.u32(7);
-        m.array(8, |w| {
-            fields(w);
-            w.field_str(FIELD_SIGNATURE, "g", sig);
-        });
-        m.align(8);
-        m.buf.extend_from_slice(body);
-        m.buf
-    }
-
     #[test]
     fn replies_errors_and_signals_parse() {
         let mut body = Writer::default();
         body.str("/org/freedesktop/systemd1/job/17");
-        let reply = message(
-            METHOD_RETURN,
-            |w| {
-                w.align(8);
-                w.byte(FIELD_REPLY_SERIAL);
-                w.signature("u");
-                w.u32(3);
-            },
-            "o",
-            &body.buf,
-        );
+        let reply = fake::message(METHOD_RETURN, Some(3), &[], "o", &body.buf);
         let m = Message::parse(&reply).unwrap();
         assert_eq!((m.kind, m.reply_serial), (METHOD_RETURN, Some(3)));
         assert_eq!(
@@ -886,9 +859,10 @@ mod tests {
 
         let mut body = Writer::default();
         body.str("Unit x.scope not loaded.");
-        let err = message(
+        let err = fake::message(
             ERROR,
-            |w| w.field_str(FIELD_ERROR_NAME, "s", NO_SUCH_UNIT),
+            None,
+            &[(FIELD_ERROR_NAME, "s", NO_SUCH_UNIT)],
             "s",
             &body.buf,
         );
@@ -901,12 +875,13 @@ mod tests {
         body.str("/org/freedesktop/systemd1/job/17");
         body.str("crius-c1.scope");
         body.str("done");
-        let sig = message(
+        let sig = fake::message(
             SIGNAL,
-            |w| {
-                w.field_str(FIELD_PATH, "o", "/org/freedesktop/systemd1");
-                w.field_str(FIELD_MEMBER, "s", "JobRemoved");
-            },
+            None,
+            &[
+                (FIELD_PATH, "o", "/org/freedesktop/systemd1"),
+                (FIELD_MEMBER, "s", "JobRemoved"),
+            ],
             "uoss",
             &body.buf,
         );
@@ -919,7 +894,7 @@ mod tests {
         let mut body = Writer::default();
         body.signature("s");
         body.str("/kubepods.slice");
-        let get = message(METHOD_RETURN, |_| {}, "v", &body.buf);
+        let get = fake::message(METHOD_RETURN, None, &[], "v", &body.buf);
         assert_eq!(
             Message::parse(&get).unwrap().variant().unwrap(),
             Value::Str("/kubepods.slice".into())

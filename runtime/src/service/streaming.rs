@@ -69,11 +69,7 @@ pub async fn exec(d: &Arc<Daemon>, req: ExecRequest) -> Result<ExecResponse> {
         PendingStream::Command(Target {
             op,
             shim_socket: shim.path().to_path_buf(),
-            stdin: req.stdin,
-            stdout: req.stdout,
-            stderr: req.stderr,
             tty: req.tty,
-            attach: false,
         }),
     )?;
     Ok(ExecResponse { url })
@@ -98,11 +94,7 @@ pub async fn attach(d: &Arc<Daemon>, req: AttachRequest) -> Result<AttachRespons
         PendingStream::Command(Target {
             op,
             shim_socket: shim.path().to_path_buf(),
-            stdin: req.stdin,
-            stdout: req.stdout,
-            stderr: req.stderr && !tty,
             tty,
-            attach: true,
         }),
     )?;
     Ok(AttachResponse { url })

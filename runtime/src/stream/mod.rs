@@ -75,7 +75,7 @@ pub enum PendingStream {
 impl PendingStream {
     fn kind(&self) -> &'static str {
         match self {
-            PendingStream::Command(t) if t.attach => "attach",
+            PendingStream::Command(t) if t.attach() => "attach",
             PendingStream::Command(_) => "exec",
             PendingStream::PortForward { .. } => "portforward",
         }

@@ -51,12 +51,24 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 pub struct Target {
     pub op: Op,
     pub shim_socket: std::path::PathBuf,
-    pub stdin: bool,
-    pub stdout: bool,
-    pub stderr: bool,
+    /// The session is on a terminal (an attach's follows the container's, which `op` lacks).
     pub tty: bool,
+}
+
+impl Target {
     /// An attach: it also ends when the client's stdin ends, and reports no exit code.
-    pub attach: bool,
+    pub fn attach(&self) -> bool {
+        matches!(self.op, Op::Attach(_))
+    }
+
+    /// The stdin, stdout and stderr the shim is asked for.
+    fn wanted(&self) -> [bool; 3] {
+        match &self.op {
+            Op::ExecStream(e) => [e.stdin, e.stdout, e.stderr],
+            Op::Attach(a) => [a.stdin, a.stdout, a.stderr],
+            _ => [false; 3],
+        }
+    }
 }
 
 /// The streams the client opened.
@@ -75,14 +87,15 @@ pub fn channels(target: &Target, protocol: &str) -> Vec<(&'static str, u8)> {
         protocol,
         "v5.channel.k8s.io" | "v4.channel.k8s.io" | "v3.channel.k8s.io"
     );
+    let [stdin, stdout, stderr] = target.wanted();
     let mut out = Vec::new();
-    if target.stdin {
+    if stdin {
         out.push(("stdin", 0));
     }
-    if target.stdout {
+    if stdout {
         out.push(("stdout", 1));
     }
-    if target.stderr && !target.tty {
+    if stderr && !target.tty {
         out.push(("stderr", 2));
     }
     out.push(("error", 3));
@@ -243,7 +256,7 @@ async fn run(
         }
         _ => None,
     };
-    let attach_stdin = target.attach && stdin_task.is_some();
+    let attach_stdin = target.attach() && stdin_task.is_some();
     let outcome = tokio::select! {
         answer = shim.next() => exit_of(answer),
         // The client went away: an attach detaches; an exec's process runs on with its stdin
@@ -255,7 +268,7 @@ async fn run(
             Outcome::Exited(0)
         }
     };
-    let outcome = match (outcome, target.attach) {
+    let outcome = match (outcome, target.attach()) {
         (Outcome::Exited(_), true) => Outcome::Exited(0),
         (o, _) => o,
     };
@@ -425,11 +438,7 @@ mod tests {
                 stderr: false,
             }),
             shim_socket: socket,
-            stdin: false,
-            stdout: true,
-            stderr: false,
             tty: false,
-            attach: false,
         };
         let server = tokio::spawn(serve(
             Session::start(server_io),

@@ -41,6 +41,21 @@ fn exec_req(id: &str, cmd: &[&str]) -> ExecRequest {
     }
 }
 
+/// An environment on test network `n` with a pod `pod_name` running the container `config`
+/// makes: (env, pod id, container id).
+async fn pod_with(
+    n: u8,
+    pod_name: &str,
+    config: impl FnOnce(&Env) -> ContainerConfig,
+) -> (Env, String, String) {
+    let mut env = Env::with_image(n).await;
+    let pod_config = env.pod_config(pod_name, false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let config = config(&env);
+    let c = env.create_start(&pod, &pod_config, config).await;
+    (env, pod, c)
+}
+
 /// VmRSS of `pid` in KiB.
 fn rss_kib(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -53,16 +68,10 @@ fn rss_kib(pid: i32) -> u64 {
 
 #[tokio::test]
 async fn exec_streams_output_stdin_and_exit_codes() {
-    let mut env = Env::with_image(83).await;
-    let pod_config = env.pod_config("exec", false);
-    let pod = env.run_pod(pod_config.clone()).await;
-    let c = env
-        .create_start(
-            &pod,
-            &pod_config,
-            env.container_config("box", &["sleep", "1000"]),
-        )
-        .await;
+    let (env, pod, c) = pod_with(83, "exec", |env| {
+        env.container_config("box", &["sleep", "1000"])
+    })
+    .await;
 
     // stdout and stderr apart, and a non-zero exit code in the v4 status.
     let url = exec_url(
@@ -204,16 +213,10 @@ async fn exec_streams_output_stdin_and_exit_codes() {
 
 #[tokio::test]
 async fn exec_with_a_tty_runs_on_a_terminal_that_resizes() {
-    let mut env = Env::with_image(84).await;
-    let pod_config = env.pod_config("tty", false);
-    let pod = env.run_pod(pod_config.clone()).await;
-    let c = env
-        .create_start(
-            &pod,
-            &pod_config,
-            env.container_config("box", &["sleep", "1000"]),
-        )
-        .await;
+    let (env, _pod, c) = pod_with(84, "tty", |env| {
+        env.container_config("box", &["sleep", "1000"])
+    })
+    .await;
     let url = exec_url(
         &env,
         ExecRequest {
@@ -259,13 +262,13 @@ async fn exec_with_a_tty_runs_on_a_terminal_that_resizes() {
 
 #[tokio::test]
 async fn attach_sees_live_output_and_feeds_stdin() {
-    let mut env = Env::with_image(85).await;
-    let pod_config = env.pod_config("attach", false);
-    let pod = env.run_pod(pod_config.clone()).await;
-    let mut config = env.container_config("shell", &["sh"]);
-    config.stdin = true;
-    config.stdin_once = true;
-    let c = env.create_start(&pod, &pod_config, config).await;
+    let (env, pod, c) = pod_with(85, "attach", |env| {
+        let mut config = env.container_config("shell", &["sh"]);
+        config.stdin = true;
+        config.stdin_once = true;
+        config
+    })
+    .await;
     let log = env.log_dir("attach").join("shell.log");
 
     // Attaching to a stopped or unknown container is refused by the RPC.
@@ -410,18 +413,12 @@ async fn attach_sees_live_output_and_feeds_stdin() {
 
 #[tokio::test]
 async fn port_forward_reaches_a_server_inside_the_pod() {
-    let mut env = Env::with_image(86).await;
-    let pod_config = env.pod_config("pf", false);
-    let pod = env.run_pod(pod_config.clone()).await;
     let serve =
         "mkdir -p /www && echo forwarded-ok > /www/index.html && exec httpd -f -p 8080 -h /www";
-    let c = env
-        .create_start(
-            &pod,
-            &pod_config,
-            env.container_config("web", &["sh", "-c", serve]),
-        )
-        .await;
+    let (env, pod, c) = pod_with(86, "pf", |env| {
+        env.container_config("web", &["sh", "-c", serve])
+    })
+    .await;
     // The server listens only inside the pod: wait until it does.
     wait_for("httpd to listen", Duration::from_secs(10), || async {
         let out = env

@@ -189,23 +189,9 @@ async fn exit_codes_and_reasons() {
     let zero = env
         .create_start(&pod, &pod_config, env.container_config("zero", &["true"]))
         .await;
-    // Doubles a shell string until the 32 MiB limit is hit.
-    let mut hog = env.container_config(
-        "hog",
-        &[
-            "sh",
-            "-c",
-            "x=0123456789abcdef; while true; do x=$x$x; done",
-        ],
-    );
-    hog.linux = Some(LinuxContainerConfig {
-        resources: Some(LinuxContainerResources {
-            memory_limit_in_bytes: 32 << 20,
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    let hog = env.create_start(&pod, &pod_config, hog).await;
+    let hog = env
+        .create_start(&pod, &pod_config, env.memory_hog_config("hog"))
+        .await;
 
     let s = env.wait_exited(&three, EXIT_LIMIT).await;
     assert_eq!((s.exit_code, s.reason.as_str()), (3, "Error"), "{s:?}");

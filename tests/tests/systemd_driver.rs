@@ -236,22 +236,9 @@ async fn pods_and_containers_run_in_systemd_units() {
 
     // An OOM kill is still seen as one, although systemd collects the scope (and its cgroup)
     // as soon as the container's last process is gone.
-    let mut hog = env.container_config(
-        "sd-hog",
-        &[
-            "sh",
-            "-c",
-            "x=0123456789abcdef; while true; do x=$x$x; done",
-        ],
-    );
-    hog.linux = Some(LinuxContainerConfig {
-        resources: Some(LinuxContainerResources {
-            memory_limit_in_bytes: 32 << 20,
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    let hog = env.create_start(&pod, &config, hog).await;
+    let hog = env
+        .create_start(&pod, &config, env.memory_hog_config("sd-hog"))
+        .await;
     let s = env.wait_exited(&hog, Duration::from_secs(60)).await;
     assert_eq!(
         (s.exit_code, s.reason.as_str()),

@@ -239,6 +239,27 @@ impl Env {
         }
     }
 
+    /// A container that doubles a shell string until its 32 MiB memory limit gets it
+    /// OOM-killed.
+    pub fn memory_hog_config(&self, name: &str) -> ContainerConfig {
+        let mut hog = self.container_config(
+            name,
+            &[
+                "sh",
+                "-c",
+                "x=0123456789abcdef; while true; do x=$x$x; done",
+            ],
+        );
+        hog.linux = Some(LinuxContainerConfig {
+            resources: Some(LinuxContainerResources {
+                memory_limit_in_bytes: 32 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        hog
+    }
+
     /// `CreateContainer` in `pod` (whose config is `pod_config`).
     pub async fn create(
         &self,

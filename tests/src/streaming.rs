@@ -67,58 +67,72 @@ pub struct Client {
     pub closed: bool,
 }
 
+/// Connect to `url` (`http://host:port/path`), send the upgrade request `request(host, path)`
+/// makes and read the response head: (connection, head, the bytes after the head).
+async fn upgrade(
+    url: &str,
+    request: impl FnOnce(&str, &str) -> String,
+) -> Result<(TcpStream, String, Vec<u8>)> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
+    let (host, path) = rest
+        .split_once('/')
+        .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
+    let mut tcp = TcpStream::connect(host)
+        .await
+        .map_err(io(format!("connect to {host}")))?;
+    tcp.write_all(request(host, path).as_bytes())
+        .await
+        .map_err(io("send the upgrade request"))?;
+    let mut buf = Vec::new();
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tcp
+            .read(&mut chunk)
+            .await
+            .map_err(io("read the upgrade response"))?;
+        if n == 0 {
+            return Err(StreamClientError::Refused(
+                String::from_utf8_lossy(&buf).into_owned(),
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    buf.drain(..end);
+    Ok((tcp, head, buf))
+}
+
+/// The value of header `name` (any case) in a response head.
+fn header(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+    })
+}
+
 impl Client {
     /// Upgrade a request on `url` (`http://host:port/path`) to SPDY, offering `protocols`.
     pub async fn connect(url: &str, protocols: &[&str]) -> Result<Client> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
-        let (host, path) = rest
-            .split_once('/')
-            .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
-        let mut tcp = TcpStream::connect(host)
-            .await
-            .map_err(io(format!("connect to {host}")))?;
-        let mut request = format!(
-            "POST /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n"
-        );
-        for p in protocols {
-            request.push_str(&format!("X-Stream-Protocol-Version: {p}\r\n"));
-        }
-        request.push_str("\r\n");
-        tcp.write_all(request.as_bytes())
-            .await
-            .map_err(io("send the upgrade request"))?;
-        let mut buf = Vec::new();
-        let end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
+        let (tcp, head, buf) = upgrade(url, |host, path| {
+            let mut request = format!(
+                "POST /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n"
+            );
+            for p in protocols {
+                request.push_str(&format!("X-Stream-Protocol-Version: {p}\r\n"));
             }
-            let mut chunk = [0u8; 4096];
-            let n = tcp
-                .read(&mut chunk)
-                .await
-                .map_err(io("read the upgrade response"))?;
-            if n == 0 {
-                return Err(StreamClientError::Refused(
-                    String::from_utf8_lossy(&buf).into_owned(),
-                ));
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            request.push_str("\r\n");
+            request
+        })
+        .await?;
         if !head.starts_with("HTTP/1.1 101") {
             return Err(StreamClientError::Refused(head));
         }
-        let protocol = head
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("x-stream-protocol-version")
-                    .then(|| v.trim().to_owned())
-            })
-            .unwrap_or_default();
-        buf.drain(..end);
+        let protocol = header(&head, "x-stream-protocol-version").unwrap_or_default();
         Ok(Client {
             tcp,
             encoder: Encoder::new(),
@@ -326,56 +340,23 @@ pub struct WsClient {
 impl WsClient {
     /// Upgrade a GET on `url` to WebSocket, offering `protocols` as subprotocols.
     pub async fn connect(url: &str, protocols: &[&str]) -> Result<WsClient> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
-        let (host, path) = rest
-            .split_once('/')
-            .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
-        let mut tcp = TcpStream::connect(host)
-            .await
-            .map_err(io(format!("connect to {host}")))?;
-        let request = format!(
-            "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: Y3JpdXMtdGVzdC1rZXktMQ==\r\n\
-             Sec-WebSocket-Protocol: {}\r\n\r\n",
-            protocols.join(", ")
-        );
-        tcp.write_all(request.as_bytes())
-            .await
-            .map_err(io("send the upgrade request"))?;
-        let mut buf = Vec::new();
-        let end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            let mut chunk = [0u8; 4096];
-            let n = tcp
-                .read(&mut chunk)
-                .await
-                .map_err(io("read the upgrade response"))?;
-            if n == 0 {
-                return Err(StreamClientError::Refused(
-                    String::from_utf8_lossy(&buf).into_owned(),
-                ));
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        let header = |name: &str| {
-            head.lines().find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-            })
-        };
+        let (tcp, head, buf) = upgrade(url, |host, path| {
+            format!(
+                "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+                 Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: Y3JpdXMtdGVzdC1rZXktMQ==\r\n\
+                 Sec-WebSocket-Protocol: {}\r\n\r\n",
+                protocols.join(", ")
+            )
+        })
+        .await?;
         // RFC 6455's accept value for the key above.
         if !head.starts_with("HTTP/1.1 101")
-            || header("sec-websocket-accept").as_deref() != Some("n14Gz0byVDiXs3TBJK+bHFnuhjU=")
+            || header(&head, "sec-websocket-accept").as_deref()
+                != Some("n14Gz0byVDiXs3TBJK+bHFnuhjU=")
         {
             return Err(StreamClientError::Refused(head));
         }
-        let protocol = header("sec-websocket-protocol").unwrap_or_default();
-        buf.drain(..end);
+        let protocol = header(&head, "sec-websocket-protocol").unwrap_or_default();
         Ok(WsClient {
             tcp,
             buf,

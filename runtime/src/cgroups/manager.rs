@@ -67,22 +67,11 @@ impl Systemd {
         &self.root
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.socket
-    }
-
     fn connection(&self) -> Result<Connection> {
         Connection::open(&self.socket, TIMEOUT).map_err(|source| CgroupError::SystemdUnreachable {
             socket: self.socket.clone(),
             source,
         })
-    }
-
-    fn unit_err(&self, unit: &str, source: DbusError) -> CgroupError {
-        CgroupError::Systemd {
-            unit: unit.to_string(),
-            source,
-        }
     }
 
     /// `StartTransientUnit` of `unit` with `props`, and waits for its start job to finish.
@@ -108,14 +97,14 @@ impl Systemd {
         );
         let job = match reply {
             Ok(r) => r.first_str().ok_or_else(|| {
-                self.unit_err(unit, DbusError::Malformed("StartTransientUnit gave no job"))
+                unit_err(unit, DbusError::Malformed("StartTransientUnit gave no job"))
             })?,
             Err(DbusError::Call { name, .. }) if exists_ok && name == dbus::UNIT_EXISTS => {
                 return Ok(())
             }
-            Err(e) => return Err(self.unit_err(unit, e)),
+            Err(e) => return Err(unit_err(unit, e)),
         };
-        let result = c.wait_job(&job).map_err(|e| self.unit_err(unit, e))?;
+        let result = c.wait_job(&job).map_err(|e| unit_err(unit, e))?;
         if result != "done" {
             return Err(CgroupError::UnitStart {
                 unit: unit.to_string(),
@@ -135,7 +124,7 @@ impl Systemd {
             &[Arg::Str(unit), Arg::Bool(true), Arg::Properties(props)],
         )
         .map(|_| ())
-        .map_err(|e| self.unit_err(unit, e))
+        .map_err(|e| unit_err(unit, e))
     }
 
     /// `StopUnit`, without waiting for the stop job; a unit systemd does not know (a scope
@@ -150,8 +139,15 @@ impl Systemd {
         ) {
             Ok(_) => Ok(()),
             Err(DbusError::Call { name, .. }) if name == dbus::NO_SUCH_UNIT => Ok(()),
-            Err(e) => Err(self.unit_err(unit, e)),
+            Err(e) => Err(unit_err(unit, e)),
         }
+    }
+}
+
+fn unit_err(unit: &str, source: DbusError) -> CgroupError {
+    CgroupError::Systemd {
+        unit: unit.to_string(),
+        source,
     }
 }
 

@@ -210,9 +210,7 @@ impl OomWatch {
     /// count decides while the cgroup exists; once it is gone, what the watch saw does: a kill
     /// counted, or an OOM episode signalled whose kill the cgroup's removal hid.
     pub fn finish(&mut self) -> bool {
-        if let Some(fd) = &self.fd {
-            drain(fd.as_raw_fd());
-        }
+        // The descriptor closes unread: a pending wake-up would only repeat the read below.
         self.fd = None;
         self.recheck = None;
         match self.counter.counts() {

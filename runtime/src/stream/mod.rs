@@ -239,16 +239,8 @@ impl StreamServer {
             return plain(StatusCode::NOT_FOUND, "unknown or expired streaming token");
         };
         tracing::debug!(kind, transport = "spdy", protocol = %chosen, "stream session");
-        let on_upgrade = hyper::upgrade::on(&mut req);
         let protocol = chosen.clone();
-        tokio::spawn(async move {
-            let io = match on_upgrade.await {
-                Ok(io) => TokioIo::new(io),
-                Err(e) => {
-                    tracing::debug!("stream upgrade failed: {e}");
-                    return;
-                }
-            };
+        when_upgraded(&mut req, |io| async move {
             let session = session::Session::start(io);
             match request {
                 PendingStream::Command(target) => {
@@ -300,16 +292,8 @@ impl StreamServer {
             return plain(StatusCode::NOT_FOUND, "unknown or expired streaming token");
         };
         tracing::debug!(kind, transport = "websocket", protocol = %chosen, "stream session");
-        let on_upgrade = hyper::upgrade::on(&mut req);
         let protocol = chosen.clone();
-        tokio::spawn(async move {
-            let io = match on_upgrade.await {
-                Ok(io) => TokioIo::new(io),
-                Err(e) => {
-                    tracing::debug!("stream upgrade failed: {e}");
-                    return;
-                }
-            };
+        when_upgraded(&mut req, |io| async move {
             match request {
                 PendingStream::Command(target) => {
                     let channels = remotecommand::channels(&target, &protocol);
@@ -330,6 +314,21 @@ impl StreamServer {
             ],
         )
     }
+}
+
+/// Run `serve` on the connection of `req` once hyper hands it over after the 101 answer.
+fn when_upgraded<F, Fut>(req: &mut Request<Body>, serve: F)
+where
+    F: FnOnce(TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let on_upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(io) => serve(TokioIo::new(io)).await,
+            Err(e) => tracing::debug!("stream upgrade failed: {e}"),
+        }
+    });
 }
 
 /// A `101 Switching Protocols` to `upgrade`, with `headers` (those whose value is not a valid

@@ -34,10 +34,12 @@ impl Hog {
             ])
             .stdin(Stdio::piped())
             .spawn();
-        let hog = Self {
-            cgroup,
-            child: child.unwrap(),
-        };
+        let child = child.unwrap_or_else(|e| {
+            // No Hog yet whose Drop would remove the cgroup.
+            let _ = fs::remove_dir(&cgroup);
+            panic!("spawn sh: {e}");
+        });
+        let hog = Self { cgroup, child };
         fs::write(hog.cgroup.join("memory.limit_in_bytes"), "16777216").unwrap();
         fs::write(hog.cgroup.join("cgroup.procs"), hog.child.id().to_string()).unwrap();
         Some(hog)

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -138,27 +137,16 @@ async fn connect(port: u16, netns: Option<&Path>) -> io::Result<TcpStream> {
             .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?;
     };
     let netns = netns.to_path_buf();
-    // A socket keeps the network namespace it was created in, so a thread of its own joins
-    // the pod's namespace, connects and ends; no runtime thread ever changes namespace.
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("crius-portfwd".into())
-        .spawn(move || {
-            let result = connect_in(&netns, addr);
-            let _ = tx.send(result);
-        })?;
-    let stream = rx
-        .await
-        .map_err(|_| io::Error::other("connect thread ended without an answer"))??;
+    // A socket keeps the network namespace it was created in: run_in connects from a thread
+    // of its own that joins the pod's namespace, so no runtime thread ever changes namespace.
+    let stream = tokio::task::spawn_blocking(move || {
+        crius_cni::netns::run_in(&netns, || {
+            std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+        })
+    })
+    .await
+    .map_err(|_| io::Error::other("connect thread ended without an answer"))?
+    .map_err(|e| io::Error::other(crate::error::chain(&e)))??;
     stream.set_nonblocking(true)?;
     TcpStream::from_std(stream)
-}
-
-fn connect_in(netns: &Path, addr: std::net::SocketAddr) -> io::Result<std::net::TcpStream> {
-    let ns = std::fs::File::open(netns)?;
-    // SAFETY: setns(2) on a descriptor we own, from a thread that exists only for this connect.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
 }

@@ -40,12 +40,16 @@ fn cgroup_file(controller: &str, cgroup: &str, file: &str) -> String {
         .to_string()
 }
 
-/// Whether `cgroup` is gone from every hierarchy.
+/// Whether `cgroup` is gone from every hierarchy: the v2 tree at `/sys/fs/cgroup` itself
+/// (which the per-controller check alone would never look at) and each v1 hierarchy below it.
 fn cgroup_gone(cgroup: &str) -> bool {
-    std::fs::read_dir("/sys/fs/cgroup")
-        .unwrap()
-        .flatten()
-        .all(|h| !h.path().join(cgroup.trim_start_matches('/')).exists())
+    let rel = cgroup.trim_start_matches('/');
+    let root = Path::new("/sys/fs/cgroup");
+    !root.join(rel).exists()
+        && std::fs::read_dir(root)
+            .unwrap()
+            .flatten()
+            .all(|h| !h.path().join(rel).exists())
 }
 
 /// Waits until systemd no longer has `unit` active.

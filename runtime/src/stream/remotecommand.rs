@@ -211,11 +211,10 @@ async fn run(
     target: &Target,
     mut gone: tokio::sync::watch::Receiver<bool>,
 ) -> Outcome {
-    let (mut shim, _streams, stdio) =
-        match shim_io::open(&target.shim_socket, target.op.clone()).await {
-            Ok(x) => x,
-            Err(e) => return Outcome::Failed(crate::error::chain(&e)),
-        };
+    let (mut shim, stdio) = match shim_io::open(&target.shim_socket, target.op.clone()).await {
+        Ok(x) => x,
+        Err(e) => return Outcome::Failed(crate::error::chain(&e)),
+    };
     let Stdio {
         stdin,
         stdout,

@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use crius_api::shim::{
-    decode_frame, encode_frame, Op, Reply, Request, Response, StreamFd, Streams, MAX_FRAME,
+    decode_frame, encode_frame, Op, Reply, Request, Response, StreamFd, MAX_FRAME,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncWriteExt, Interest};
@@ -32,8 +32,9 @@ pub struct Stdio {
     pub pty: Option<OwnedFd>,
 }
 
-/// Send `op` to the shim at `socket` and wait for its `streams` answer.
-pub async fn open(socket: &Path, op: Op) -> Result<(ShimSession, Streams, Stdio), StreamError> {
+/// Send `op` to the shim at `socket` and wait for its `streams` answer: the session and the
+/// descriptors it named.
+pub async fn open(socket: &Path, op: Op) -> Result<(ShimSession, Stdio), StreamError> {
     let shim = |source: io::Error| StreamError::Shim {
         path: socket.to_path_buf(),
         source,
@@ -73,7 +74,7 @@ pub async fn open(socket: &Path, op: Op) -> Result<(ShimSession, Streams, Stdio)
             StreamFd::Stderr => stdio.stderr = Some(async_fd(fd).map_err(shim)?),
         }
     }
-    Ok((session, streams, stdio))
+    Ok((session, stdio))
 }
 
 impl ShimSession {

@@ -372,10 +372,10 @@ impl<R: AsyncRead + Unpin> Messages<R> {
                 }
                 Ok(None) => {}
             }
-            let mut chunk = vec![0u8; 32 * 1024];
-            match self.r.read(&mut chunk).await {
-                Ok(0) | Err(_) => self.done = true,
-                Ok(n) => self.reader.buf.extend_from_slice(&chunk[..n]),
+            // Read straight into the frame buffer, which keeps its room between reads.
+            self.reader.buf.reserve(32 * 1024);
+            if let Ok(0) | Err(_) = self.r.read_buf(&mut self.reader.buf).await {
+                self.done = true;
             }
         }
         None

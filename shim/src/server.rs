@@ -1241,49 +1241,21 @@ impl Shim {
     }
 
     fn exec(&mut self, token: Token, req: ExecSync) -> Result<(), ShimError> {
-        self.refuse_if_stopping()?;
         let id = req.id.clone();
-        let c = self.containers.get(&id).ok_or_else(|| not_found(&id))?;
-        if c.status != ContainerStatus::Running || !c.alive() {
-            return Err(err(
-                ErrorKind::FailedPrecondition,
-                format!("container {id} is not running"),
-            ));
-        }
-        let mut process = req.process;
-        let Some(obj) = process.as_object_mut() else {
-            return Err(err(
-                ErrorKind::InvalidArgument,
-                "exec process must be a JSON object (an OCI process)",
-            ));
-        };
         // Output is captured through pipes; a terminal would need a console socket.
-        obj.insert("terminal".into(), serde_json::Value::Bool(false));
+        let process = self.exec_process(&id, req.process, false)?;
         let internal = |what: &str, e: &dyn std::fmt::Display| {
             err(
                 ErrorKind::Internal,
                 format!("exec in container {id}: {what}: {e}"),
             )
         };
-        let exec_id = self.next();
-        let process_file = self.write_process_file(exec_id, &process, &id)?;
         let (out_r, out_w) = pipe().map_err(|e| internal("stdout pipe", &e))?;
         let (err_r, err_w) = pipe().map_err(|e| internal("stderr pipe", &e))?;
         set_nonblocking(out_r.as_raw_fd()).map_err(|e| internal("pipe", &e))?;
         set_nonblocking(err_r.as_raw_fd()).map_err(|e| internal("pipe", &e))?;
-        let args = vec![
-            "exec".to_owned(),
-            "--process".to_owned(),
-            process_file.to_string_lossy().into_owned(),
-        ];
-        let stdio = [None, Some(out_w.as_raw_fd()), Some(err_w.as_raw_fd())];
-        let purpose = HelperPurpose::Exec { exec: exec_id };
-        if let Err(e) = self.spawn_helper(&id, args, stdio, purpose) {
-            let _ = fs::remove_file(&process_file);
-            return Err(internal("spawn helper", &e));
-        }
-        // The process's ends now live in the helper.
-        drop((out_w, err_w));
+        let stdio = [None, Some(out_w), Some(err_w)];
+        let (exec_id, process_file) = self.spawn_exec(&id, &process, stdio)?;
         let limit = match req.output_limit {
             0 => DEFAULT_EXEC_OUTPUT_LIMIT,
             n => n,
@@ -1308,6 +1280,59 @@ impl Shim {
             },
         );
         Ok(())
+    }
+
+    /// The OCI process of an exec in container `id`, which must be running, with its
+    /// `terminal` set to `terminal`.
+    fn exec_process(
+        &self,
+        id: &str,
+        mut process: serde_json::Value,
+        terminal: bool,
+    ) -> Result<serde_json::Value, ShimError> {
+        self.refuse_if_stopping()?;
+        let c = self.containers.get(id).ok_or_else(|| not_found(id))?;
+        if c.status != ContainerStatus::Running || !c.alive() {
+            return Err(err(
+                ErrorKind::FailedPrecondition,
+                format!("container {id} is not running"),
+            ));
+        }
+        let Some(obj) = process.as_object_mut() else {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                "exec process must be a JSON object (an OCI process)",
+            ));
+        };
+        obj.insert("terminal".into(), serde_json::Value::Bool(terminal));
+        Ok(process)
+    }
+
+    /// Start the helper that runs `process` in container `id` with `stdio` (closed here once
+    /// the helper has them): the exec's id and process file, which a failure removes.
+    fn spawn_exec(
+        &mut self,
+        id: &str,
+        process: &serde_json::Value,
+        stdio: [Option<OwnedFd>; 3],
+    ) -> Result<(u64, PathBuf), ShimError> {
+        let exec_id = self.next();
+        let process_file = self.write_process_file(exec_id, process, id)?;
+        let args = vec![
+            "exec".to_owned(),
+            "--process".to_owned(),
+            process_file.to_string_lossy().into_owned(),
+        ];
+        let raw = [0, 1, 2].map(|i| stdio[i].as_ref().map(|f| f.as_raw_fd()));
+        let purpose = HelperPurpose::Exec { exec: exec_id };
+        if let Err(e) = self.spawn_helper(id, args, raw, purpose) {
+            let _ = fs::remove_file(&process_file);
+            return Err(err(
+                ErrorKind::Internal,
+                format!("exec in container {id}: spawn helper: {e}"),
+            ));
+        }
+        Ok((exec_id, process_file))
     }
 
     /// Write an exec's OCI process where its helper reads it: `exec/<n>.json`.
@@ -1343,23 +1368,8 @@ impl Shim {
     /// `exec_stream`: start a process whose stdio crius relays; see the protocol's
     /// "Streaming requests".
     fn exec_stream(&mut self, token: Token, req: ExecStream) -> Result<(), ShimError> {
-        self.refuse_if_stopping()?;
         let id = req.id.clone();
-        let c = self.containers.get(&id).ok_or_else(|| not_found(&id))?;
-        if c.status != ContainerStatus::Running || !c.alive() {
-            return Err(err(
-                ErrorKind::FailedPrecondition,
-                format!("container {id} is not running"),
-            ));
-        }
-        let mut process = req.process;
-        let Some(obj) = process.as_object_mut() else {
-            return Err(err(
-                ErrorKind::InvalidArgument,
-                "exec process must be a JSON object (an OCI process)",
-            ));
-        };
-        obj.insert("terminal".into(), serde_json::Value::Bool(req.tty));
+        let process = self.exec_process(&id, req.process, req.tty)?;
         let internal = |what: &str, e: &dyn std::fmt::Display| {
             err(
                 ErrorKind::Internal,
@@ -1396,21 +1406,7 @@ impl Shim {
                 }
             }
         }
-        let exec_id = self.next();
-        let process_file = self.write_process_file(exec_id, &process, &id)?;
-        let args = vec![
-            "exec".to_owned(),
-            "--process".to_owned(),
-            process_file.to_string_lossy().into_owned(),
-        ];
-        let stdio = [0, 1, 2].map(|i| child[i].as_ref().map(|f| f.as_raw_fd()));
-        let purpose = HelperPurpose::Exec { exec: exec_id };
-        if let Err(e) = self.spawn_helper(&id, args, stdio, purpose) {
-            let _ = fs::remove_file(&process_file);
-            return Err(internal("spawn helper", &e));
-        }
-        // The process's ends now live in the helper.
-        drop(child);
+        let (exec_id, process_file) = self.spawn_exec(&id, &process, child)?;
         let empty = || Capture {
             fd: None,
             data: Vec::new(),

@@ -218,7 +218,6 @@ struct ExecJob {
 }
 
 struct StreamHandoff {
-    tty: bool,
     /// With a tty: hand over the master as stdin too.
     stdin: bool,
     fds: Vec<(StreamFd, OwnedFd)>,
@@ -1427,7 +1426,6 @@ impl Shim {
                 process_file,
                 streaming: true,
                 stream: Some(StreamHandoff {
-                    tty: req.tty,
                     stdin: req.stdin,
                     fds: handoff,
                 }),
@@ -1687,11 +1685,13 @@ impl Shim {
             Ok((pid, master)) => {
                 job.pid = Some(pid);
                 if let Some(mut handoff) = job.stream.take() {
+                    // The helper reports a master only for a process on a terminal.
+                    let tty = master.is_some();
                     if let Some(master) = master {
                         // A terminal: the master is the process's input and output.
-                        let dups = [(handoff.stdin, StreamFd::Stdin), (true, StreamFd::Stdout)];
-                        for (wanted, kind) in dups {
-                            if let (true, Ok(dup)) = (wanted, master.try_clone()) {
+                        let wanted = [(handoff.stdin, StreamFd::Stdin), (true, StreamFd::Stdout)];
+                        for (_, kind) in wanted.into_iter().filter(|(w, _)| *w) {
+                            if let Ok(dup) = master.try_clone() {
                                 handoff.fds.push((kind, dup));
                             }
                         }
@@ -1700,7 +1700,7 @@ impl Shim {
                     let token = job.token;
                     let streams = Streams {
                         pid,
-                        tty: handoff.tty,
+                        tty,
                         fds: handoff.fds.iter().map(|(kind, _)| *kind).collect(),
                     };
                     let fds: Vec<RawFd> =

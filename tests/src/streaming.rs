@@ -107,6 +107,25 @@ async fn upgrade(
     Ok((tcp, head, buf))
 }
 
+/// Append what `tcp` has to `buf`, waiting until `deadline` at the latest (then the error
+/// names `what` and its `limit`); 0 once the peer closed.
+async fn read_some(
+    tcp: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+    limit: Duration,
+    what: &str,
+) -> Result<usize> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let mut chunk = [0u8; 16 * 1024];
+    let n = match tokio::time::timeout(left, tcp.read(&mut chunk)).await {
+        Err(_) => return Err(StreamClientError::Timeout(limit, what.to_owned())),
+        Ok(r) => r.map_err(io("read frames"))?,
+    };
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
+}
+
 /// The value of header `name` (any case) in a response head.
 fn header(head: &str, name: &str) -> Option<String> {
     head.lines().find_map(|l| {
@@ -210,16 +229,9 @@ impl Client {
             if done(self) || self.closed {
                 return Ok(());
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let mut chunk = [0u8; 16 * 1024];
-            let n = match tokio::time::timeout(left, self.tcp.read(&mut chunk)).await {
-                Err(_) => return Err(StreamClientError::Timeout(limit, what.to_owned())),
-                Ok(r) => r.map_err(io("read frames"))?,
-            };
-            if n == 0 {
+            if read_some(&mut self.tcp, &mut self.buf, deadline, limit, what).await? == 0 {
                 self.closed = true;
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 
@@ -428,16 +440,9 @@ impl WsClient {
             if done(self) || self.closed {
                 return Ok(());
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let mut chunk = [0u8; 16 * 1024];
-            let n = match tokio::time::timeout(left, self.tcp.read(&mut chunk)).await {
-                Err(_) => return Err(StreamClientError::Timeout(limit, what.to_owned())),
-                Ok(r) => r.map_err(io("read frames"))?,
-            };
-            if n == 0 {
+            if read_some(&mut self.tcp, &mut self.buf, deadline, limit, what).await? == 0 {
                 self.closed = true;
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 

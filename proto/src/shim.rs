@@ -202,7 +202,8 @@ pub struct ExecSync {
 pub struct ExecStream {
     /// The container to run in; it must be running.
     pub id: String,
-    /// An OCI runtime-spec `process` object, used as it is; its `terminal` must equal `tty`.
+    /// An OCI runtime-spec `process` object, used as it is except `terminal`, which the shim
+    /// sets from `tty`.
     pub process: serde_json::Value,
     /// Run the process on a new pty (its stdin, stdout and stderr); crius gets the master.
     #[serde(default)]

@@ -587,16 +587,8 @@ impl Daemon {
         Ok(())
     }
 
-    /// `ExecSync`: runs `cmd` in a running container and returns its output and status.
-    pub async fn exec_sync(
-        self: &Arc<Self>,
-        id: &str,
-        cmd: Vec<String>,
-        timeout_secs: i64,
-    ) -> Result<crius_api::shim::ExecOutcome> {
-        if cmd.is_empty() {
-            return Err(Error::InvalidArgument("cmd is required".into()));
-        }
+    /// The running container `id` (else NotFound/FailedPrecondition naming it).
+    pub fn running_container(&self, id: &str) -> Result<ContainerRecord> {
         let c = self.container(id)?;
         if c.state != ContainerState::Running {
             return Err(Error::FailedPrecondition(format!(
@@ -604,11 +596,36 @@ impl Daemon {
                 c.id
             )));
         }
+        Ok(c)
+    }
+
+    /// What an `ExecSync` or `Exec` of `cmd` runs: the running container and the OCI process.
+    pub fn exec_prepare(
+        &self,
+        id: &str,
+        cmd: &[String],
+        tty: bool,
+    ) -> Result<(ContainerRecord, oci_spec::runtime::Process)> {
+        if cmd.first().is_none_or(|c| c.is_empty()) {
+            return Err(Error::InvalidArgument("cmd is required".into()));
+        }
+        let c = self.running_container(id)?;
         // A container removed while this call ran has no bundle any more: say NotFound.
         let spec = self
             .container_spec(&c.id)
             .or_else(|e| self.container(&c.id).and(Err(e)))?;
-        let process = crate::spec::exec_process(&spec, &cmd, false)?;
+        let process = crate::spec::exec_process(&spec, cmd, tty)?;
+        Ok((c, process))
+    }
+
+    /// `ExecSync`: runs `cmd` in a running container and returns its output and status.
+    pub async fn exec_sync(
+        self: &Arc<Self>,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_secs: i64,
+    ) -> Result<crius_api::shim::ExecOutcome> {
+        let (c, process) = self.exec_prepare(id, &cmd, false)?;
         let shim = self.shims.get(&c.sandbox_id).await?;
         let outcome = shim
             .exec_sync(crius_api::shim::ExecSync {

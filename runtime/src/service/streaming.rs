@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use crius_api::v1::*;
 
-use crate::container::ContainerState;
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
 use crate::pod::SandboxState;
@@ -26,17 +25,6 @@ fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<(
 }
 
 /// The record of a running container, or why it cannot stream.
-fn running(d: &Daemon, id: &str) -> Result<crate::container::ContainerRecord> {
-    let c = d.container(id)?;
-    if c.state != ContainerState::Running {
-        return Err(Error::FailedPrecondition(format!(
-            "container {} is not running",
-            c.id
-        )));
-    }
-    Ok(c)
-}
-
 fn register(d: &Daemon, pending: PendingStream) -> Result<String> {
     d.streams.register(pending).map_err(|e| match e {
         crate::stream::StreamError::TooMany => Error::Unavailable(crate::error::chain(&e)),
@@ -45,15 +33,8 @@ fn register(d: &Daemon, pending: PendingStream) -> Result<String> {
 }
 
 pub async fn exec(d: &Arc<Daemon>, req: ExecRequest) -> Result<ExecResponse> {
-    if req.cmd.is_empty() || req.cmd[0].is_empty() {
-        return Err(Error::InvalidArgument("cmd is required".into()));
-    }
     check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
-    let c = running(d, &req.container_id)?;
-    let spec = d
-        .container_spec(&c.id)
-        .or_else(|e| d.container(&c.id).and(Err(e)))?;
-    let process = crate::spec::exec_process(&spec, &req.cmd, req.tty)?;
+    let (c, process) = d.exec_prepare(&req.container_id, &req.cmd, req.tty)?;
     let shim = d.shims.get(&c.sandbox_id).await?;
     let op = crius_api::shim::Op::ExecStream(crius_api::shim::ExecStream {
         id: c.id.clone(),
@@ -77,7 +58,7 @@ pub async fn exec(d: &Arc<Daemon>, req: ExecRequest) -> Result<ExecResponse> {
 
 pub async fn attach(d: &Arc<Daemon>, req: AttachRequest) -> Result<AttachResponse> {
     check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
-    let c = running(d, &req.container_id)?;
+    let c = d.running_container(&req.container_id)?;
     let config = c.config();
     // A container created without stdin has none to attach: the session's stdin is
     // discarded. The session follows the container's terminal, whatever the request says.

@@ -4,9 +4,10 @@
 //! nanoseconds (the time the shim read the data), the stream `stdout` or `stderr`, the tag `F`
 //! for a full line or `P` for a partial one. Content longer than the maximum line size is split
 //! into `P` chunks of that size followed by an `F` chunk with the rest, so a reader joins `P`
-//! chunks up to the next `F`. As containerd does (Go's `ReadLine`), a trailing `\r\n` or `\n`
-//! is not part of the content, and a last line without newline at end of stream is written as
-//! `F`: the stream has ended, so the line is complete.
+//! chunks up to the next `F`. A trailing `\r\n` or `\n` is not part of the content. Output
+//! that ends without a newline (`printf abcd` as a container's whole output) is written as `P`
+//! chunks when the stream ends: a reader that joins chunks (kubelet) then shows exactly the
+//! bytes the container wrote, with no newline it never wrote (as CRI-O's conmon does).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -91,20 +92,15 @@ impl CriLog {
         self.write_out(&out)
     }
 
-    /// The stream ended: write its unfinished line, if any, as a full line.
+    /// The stream ended: write its unfinished line, if any, as partial chunks (no newline
+    /// ended it).
     pub fn finish(&mut self, stream: Stream, now: i64) -> io::Result<()> {
         let pending = std::mem::take(&mut self.pending[stream as usize]);
-        if pending.is_empty() {
-            return Ok(());
-        }
+        let ts = rfc3339_nanos(now);
         let mut out = Vec::new();
-        emit_line(
-            &mut out,
-            &rfc3339_nanos(now),
-            stream,
-            &pending,
-            self.max_line,
-        );
+        for chunk in pending.chunks(self.max_line) {
+            emit(&mut out, &ts, stream, "P", chunk);
+        }
         self.write_out(&out)
     }
 
@@ -192,7 +188,20 @@ mod tests {
         );
         log.finish(Stream::Stdout, T).unwrap();
         log.finish(Stream::Stderr, T).unwrap();
-        assert!(contents(&log).ends_with(&format!("{TS} stdout F v\n")));
+        assert!(contents(&log).ends_with(&format!("{TS} stdout P v\n")));
+    }
+
+    #[test]
+    fn output_without_newline_ends_as_partial() {
+        let (_d, mut log) = log_with(4);
+        log.write(Stream::Stdout, b"abcd", T).unwrap();
+        log.write(Stream::Stderr, b"x\ny", T).unwrap();
+        log.finish(Stream::Stdout, T).unwrap();
+        log.finish(Stream::Stderr, T).unwrap();
+        assert_eq!(
+            contents(&log),
+            format!("{TS} stderr F x\n{TS} stdout P abcd\n{TS} stderr P y\n")
+        );
     }
 
     #[test]

@@ -53,6 +53,9 @@ systemd_socket = "/run/systemd/private"
 shim_path = ""
 # Size in bytes of a pod's /dev/shm tmpfs (unless the pod uses the host IPC namespace).
 shm_size = 67108864
+# Longest container log line in bytes (containerd's name); longer output is split into partial
+# (P) lines of this size. 1 to 16777216.
+max_container_log_line_size = 16384
 
 [stream]
 # Address the streaming server for exec, attach and port-forward listens on.
@@ -81,13 +84,19 @@ pub struct Config {
 pub struct RuntimeConfig {
     pub shim_path: PathBuf,
     pub shm_size: u64,
+    pub max_container_log_line_size: u64,
 }
+
+/// The largest `[runtime] max_container_log_line_size`: a shim holds up to one such line per
+/// stream in memory.
+pub const MAX_LOG_LINE_LIMIT: u64 = 16 << 20;
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             shim_path: PathBuf::new(),
             shm_size: 64 << 20,
+            max_container_log_line_size: 16 * 1024,
         }
     }
 }
@@ -274,6 +283,15 @@ impl Config {
             return Err(invalid(
                 "registry.max_concurrent_downloads",
                 "must be at least 1".to_string(),
+            ));
+        }
+        if !(1..=MAX_LOG_LINE_LIMIT).contains(&self.runtime.max_container_log_line_size) {
+            return Err(invalid(
+                "runtime.max_container_log_line_size",
+                format!(
+                    "must be 1 to {MAX_LOG_LINE_LIMIT}: {}",
+                    self.runtime.max_container_log_line_size
+                ),
             ));
         }
         if self.stream.address.parse::<std::net::IpAddr>().is_err() {

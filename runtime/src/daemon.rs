@@ -83,7 +83,11 @@ impl Daemon {
         });
         let sandboxes = Records::load(&store, Table::Sandboxes)?;
         let containers = Records::load(&store, Table::Containers)?;
-        let shims = Shims::new(config.shim_binary(), &config.state);
+        let shims = Shims::new(
+            config.shim_binary(),
+            &config.state,
+            config.runtime.max_container_log_line_size,
+        );
         let pause_binary = config.state.join("bin").join("crius-pause");
         Ok(Arc::new(Daemon {
             config,

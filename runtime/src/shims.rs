@@ -40,15 +40,19 @@ impl std::ops::Deref for ShimClient {
 pub struct Shims {
     binary: PathBuf,
     dir: PathBuf,
+    /// `--max-log-line` of every shim started from now on.
+    max_log_line: u64,
     clients: Mutex<HashMap<String, ShimClient>>,
 }
 
 impl Shims {
-    /// `binary` is crius-shim; shim state lives under `<state>/shims/<pod-id>`.
-    pub fn new(binary: PathBuf, state: &Path) -> Shims {
+    /// `binary` is crius-shim; shim state lives under `<state>/shims/<pod-id>`; shims split
+    /// container log lines longer than `max_log_line` bytes.
+    pub fn new(binary: PathBuf, state: &Path, max_log_line: u64) -> Shims {
         Shims {
             binary,
             dir: state.join("shims"),
+            max_log_line,
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -88,6 +92,8 @@ impl Shims {
             .arg(pod_id)
             .arg("--state-dir")
             .arg(&dir)
+            .arg("--max-log-line")
+            .arg(self.max_log_line.to_string())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

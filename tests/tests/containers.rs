@@ -132,6 +132,12 @@ async fn pod_with_two_containers_full_lifecycle() {
     assert_eq!(texts(&lines, "stderr"), vec!["err-1"]);
     assert!(lines.iter().all(|l| l.tag == "F"), "{lines:?}");
 
+    // ContainerStatus names the signal StopContainer will send: the image's StopSignal.
+    assert_eq!(
+        env.status(&talker).await.stop_signal,
+        Signal::Sigusr1 as i32,
+        "stop_signal in ContainerStatus"
+    );
     // Stop honours the image's StopSignal (SIGUSR1 kills `sleep`): quick, not the timeout.
     let begin = Instant::now();
     env.stop(&talker, 10).await;
@@ -747,8 +753,15 @@ async fn long_and_unterminated_log_lines() {
     let joined: String = out.iter().map(|l| l.text.as_str()).collect();
     assert_eq!(joined.len(), 40000);
     assert!(joined.bytes().all(|b| b == b'a'));
-    // Output cut short by the exit still reaches the log, whole.
+    // Output cut short by the exit still reaches the log, whole, and as a partial line: no
+    // newline ended it, so a reader joining chunks must not add one.
     assert_eq!(texts(&lines, "stderr").concat(), "tail");
+    let err: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.stream == "stderr")
+        .map(|l| l.tag.as_str())
+        .collect();
+    assert_eq!(err, ["P"], "tags of the unterminated stderr line");
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }

@@ -107,7 +107,7 @@ pub async fn status(
             .container_spec(&r.id)
             .ok()
             .and_then(|s| crate::spec::process_user(&s)),
-        ..Default::default()
+        stop_signal: crate::spec::cri_signal(r.stop_signal) as i32,
     };
     let mut info = HashMap::new();
     if req.verbose {

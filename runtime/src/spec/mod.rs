@@ -86,7 +86,7 @@ use oci_spec::runtime::{
 pub use error::{Result, SpecError};
 pub(crate) use mounts::id_mappings;
 pub use resources::resources_to_oci;
-pub use signal::stop_signal;
+pub use signal::{cri_signal, stop_signal};
 
 /// Annotation keys crius sets on every spec (the ones containerd's CRI plugin sets).
 pub mod annotations {

@@ -29,6 +29,15 @@ pub fn stop_signal(config: &ContainerConfig, image_config: &serde_json::Value) -
     }
 }
 
+/// The CRI name of signal number `n` (the first enum value naming it: `SIGABRT` over its alias
+/// `SIGIOT`), or `RUNTIME_DEFAULT` for a number the CRI has no name for.
+pub fn cri_signal(n: i32) -> Signal {
+    (1..)
+        .map_while(|v| Signal::try_from(v).ok())
+        .find(|s| parse_signal(s.as_str_name()) == Some(n))
+        .unwrap_or(Signal::RuntimeDefault)
+}
+
 /// Parses `SIGTERM`, `TERM`, `15`, `SIGRTMIN+3`, `RTMAX-1` and the CRI enum names
 /// (`SIGRTMINPLUS3`, `SIGRTMAXMINUS1`).
 pub(crate) fn parse_signal(text: &str) -> Option<i32> {
@@ -115,6 +124,16 @@ mod tests {
             stop_signal: signal as i32,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn numbers_to_cri_names() {
+        assert_eq!(cri_signal(libc::SIGTERM), Signal::Sigterm);
+        assert_eq!(cri_signal(libc::SIGABRT), Signal::Sigabrt);
+        assert_eq!(cri_signal(libc::SIGUSR1), Signal::Sigusr1);
+        assert_eq!(cri_signal(RTMIN + 3), Signal::Sigrtminplus3);
+        assert_eq!(cri_signal(RTMAX), Signal::Sigrtmax);
+        assert_eq!(cri_signal(0), Signal::RuntimeDefault);
     }
 
     #[test]

@@ -201,8 +201,9 @@ pub(crate) fn check_apparmor(
     }
 }
 
-/// Checks the SELinux request: an empty label is fine; a label needs SELinux, which crius does
-/// not apply yet.
+/// Checks the SELinux request. On a node without SELinux a label is ignored, as containerd and
+/// CRI-O do, so that ordinary manifests carrying `seLinuxOptions` run; with SELinux enabled a
+/// label is refused, because crius does not apply SELinux labels yet.
 pub(crate) fn check_selinux(options: Option<&SeLinuxOption>, lsm: Lsm) -> Result<()> {
     let Some(o) = options else { return Ok(()) };
     if o.user.is_empty() && o.role.is_empty() && o.r#type.is_empty() && o.level.is_empty() {
@@ -210,14 +211,12 @@ pub(crate) fn check_selinux(options: Option<&SeLinuxOption>, lsm: Lsm) -> Result
     }
     let label = format!("{}:{}:{}:{}", o.user, o.role, o.r#type, o.level);
     if lsm.selinux {
-        Err(SpecError::invalid(format!(
+        return Err(SpecError::invalid(format!(
             "selinux label {label} requested, but crius does not apply SELinux labels"
-        )))
-    } else {
-        Err(SpecError::invalid(format!(
-            "selinux label {label} requested, but SELinux is not enabled on this node"
-        )))
+        )));
     }
+    tracing::debug!(%label, "SELinux is not enabled on this node: label ignored");
+    Ok(())
 }
 
 #[cfg(test)]
@@ -317,7 +316,14 @@ mod tests {
             level: "s0:c1,c2".into(),
             ..Default::default()
         };
-        let err = check_selinux(Some(&label), none).unwrap_err();
+        // Ignored where SELinux is off (containerd and CRI-O do the same); refused where it is
+        // on, since crius applies no labels.
+        assert!(check_selinux(Some(&label), none).is_ok());
+        let on = Lsm {
+            selinux: true,
+            ..Lsm::default()
+        };
+        let err = check_selinux(Some(&label), on).unwrap_err();
         assert!(err.to_string().contains("s0:c1,c2"));
     }
 }

@@ -145,6 +145,18 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
             config.hostname
         )));
     }
+    // A host-network pod shares the node's UTS namespace: a hostname of its own would show in
+    // /etc/hostname and $HOSTNAME while `hostname` says the node's.
+    if !config.hostname.is_empty() && namespace_modes(config).0 == NamespaceMode::Node {
+        let node = files::node_hostname();
+        if config.hostname != node {
+            return Err(Error::InvalidArgument(format!(
+                "config.hostname {:?}: a pod with host network (namespace_options.network NODE) \
+                 has the node's hostname {node:?} and cannot set its own",
+                config.hostname
+            )));
+        }
+    }
     if let Some(dns) = &config.dns_config {
         files::validate_dns(dns)?;
     }

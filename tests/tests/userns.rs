@@ -311,6 +311,14 @@ async fn image_volumes() {
             Code::InvalidArgument,
             "does not exist",
         ),
+        (
+            Mount {
+                readonly: false,
+                ..image_mount("/m", &env.image, "")
+            },
+            Code::InvalidArgument,
+            "must be readonly",
+        ),
     ] {
         let mut c = env.container_config("bad-volume", &["true"]);
         c.mounts = vec![mount];

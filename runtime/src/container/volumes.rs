@@ -179,6 +179,18 @@ impl Daemon {
         staging: &Path,
         userns: Option<&PodUserns>,
     ) -> Result<ContainerConfig> {
+        // Image volumes are read-only by the CRI's definition; refused before anything is
+        // mounted, so nothing needs undoing.
+        if let Some(m) = config
+            .mounts
+            .iter()
+            .find(|m| m.image.as_ref().is_some_and(|s| !s.image.is_empty()) && !m.readonly)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "mount {}: an image volume must be readonly (readonly is false)",
+                m.container_path
+            )));
+        }
         let mut out = config.clone();
         for (i, m) in out.mounts.iter_mut().enumerate() {
             let image = m

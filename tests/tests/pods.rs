@@ -660,3 +660,69 @@ async fn wait_for_error(env: &Env, config: &PodSandboxConfig) -> tonic::Status {
     })
     .await
 }
+
+/// kubelet's Evented PLEG reads `PodSandboxStatus.timestamp` in seconds and, when it is set,
+/// takes the pod's containers from `containers_statuses`: a set timestamp with no containers
+/// made it start copies of containers it thought were missing.
+#[tokio::test]
+async fn sandbox_status_carries_its_containers_and_a_timestamp_in_seconds() {
+    let mut env = Env::with_image(16).await;
+    let config = env.pod_config("evented", false);
+    let pod = env.run_pod(config.clone()).await;
+    let running = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("runner", &["sleep", "3600"]),
+        )
+        .await;
+    let done = env
+        .create_start(&pod, &config, env.container_config("done", &["true"]))
+        .await;
+    env.wait_exited(&done, Duration::from_secs(10)).await;
+
+    let resp = env
+        .rt()
+        .pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: pod.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(
+        (now - resp.timestamp).abs() < 60,
+        "timestamp {} is not seconds since the epoch (now {now})",
+        resp.timestamp
+    );
+    let mut got: Vec<(String, i32)> = resp
+        .containers_statuses
+        .iter()
+        .map(|c| (c.id.clone(), c.state))
+        .collect();
+    got.sort();
+    let mut want = vec![
+        (running.clone(), ContainerState::ContainerRunning as i32),
+        (done.clone(), ContainerState::ContainerExited as i32),
+    ];
+    want.sort();
+    assert_eq!(got, want, "containers_statuses");
+    for c in &resp.containers_statuses {
+        let alone = env.status(&c.id).await;
+        assert_eq!(
+            &alone, c,
+            "the pod's view of {} equals ContainerStatus",
+            c.id
+        );
+    }
+
+    env.stop(&running, 0).await;
+    env.remove(&running).await;
+    env.remove(&done).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -77,8 +77,32 @@ pub async fn status(
     req: ContainerStatusRequest,
 ) -> Result<ContainerStatusResponse> {
     let r = d.container(&req.container_id)?;
+    let status = container_status(d, &r);
+    let mut info = HashMap::new();
+    if req.verbose {
+        let spec = d.container_spec(&r.id).ok();
+        info.insert(
+            "info".to_string(),
+            serde_json::json!({
+                "sandboxID": r.sandbox_id,
+                "pid": r.pid,
+                "name": r.name,
+                "runtimeSpec": spec,
+            })
+            .to_string(),
+        );
+    }
+    Ok(ContainerStatusResponse {
+        status: Some(status),
+        info,
+    })
+}
+
+/// The CRI status of one container (`ContainerStatus`, and each of a pod's containers in
+/// `PodSandboxStatus`).
+pub(super) fn container_status(d: &Daemon, r: &ContainerRecord) -> ContainerStatus {
     let config = r.config();
-    let status = ContainerStatus {
+    ContainerStatus {
         id: r.id.clone(),
         metadata: config.metadata.clone(),
         state: cri_state(r.state) as i32,
@@ -86,7 +110,7 @@ pub async fn status(
         started_at: r.started_at,
         finished_at: r.finished_at,
         exit_code: r.exit_code,
-        image: Some(image_spec(&r, &config)),
+        image: Some(image_spec(r, &config)),
         image_ref: r.image_ref.clone(),
         reason: r.reason.clone(),
         message: r.message.clone(),
@@ -108,25 +132,7 @@ pub async fn status(
             .ok()
             .and_then(|s| crate::spec::process_user(&s)),
         stop_signal: crate::spec::cri_signal(r.stop_signal) as i32,
-    };
-    let mut info = HashMap::new();
-    if req.verbose {
-        let spec = d.container_spec(&r.id).ok();
-        info.insert(
-            "info".to_string(),
-            serde_json::json!({
-                "sandboxID": r.sandbox_id,
-                "pid": r.pid,
-                "name": r.name,
-                "runtimeSpec": spec,
-            })
-            .to_string(),
-        );
     }
-    Ok(ContainerStatusResponse {
-        status: Some(status),
-        info,
-    })
 }
 
 fn matches(d: &Daemon, r: &ContainerRecord, config: &ContainerConfig, f: &ContainerFilter) -> bool {

@@ -76,11 +76,22 @@ pub async fn status(
     if req.verbose {
         info.insert("info".to_string(), verbose_info(&r));
     }
+    // kubelet's Evented PLEG takes a set timestamp to mean the response carries the pod's
+    // containers too, and reads it in seconds: both must hold, or it starts copies of
+    // containers it thinks are missing.
+    let mut containers_statuses: Vec<ContainerStatus> = d
+        .containers
+        .all()
+        .iter()
+        .filter(|c| c.sandbox_id == r.id)
+        .map(|c| super::container::container_status(d, c))
+        .collect();
+    containers_statuses.sort_by_key(|c| c.created_at);
     Ok(PodSandboxStatusResponse {
         status: Some(status),
         info,
-        containers_statuses: Vec::new(),
-        timestamp: now_nanos(),
+        containers_statuses,
+        timestamp: now_nanos() / 1_000_000_000,
     })
 }
 

@@ -143,9 +143,24 @@ pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// The longest status message crius sends. gRPC sends the message as a header, and clients
+/// built on gRPC's C core refuse a response whose headers exceed their limit (8 KiB by
+/// default), so a huge value quoted from a request would hide the error itself.
+pub const MAX_STATUS_MESSAGE: usize = 4096;
+
 /// Maps an error to the status the client sees. The only place a status code is chosen.
 pub fn to_status(err: &Error) -> Status {
-    Status::new(err.code(), chain(err))
+    let mut message = chain(err);
+    if message.len() > MAX_STATUS_MESSAGE {
+        let mut end = MAX_STATUS_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let total = message.len();
+        message.truncate(end);
+        message.push_str(&format!("… ({total} bytes in all)"));
+    }
+    Status::new(err.code(), message)
 }
 
 #[cfg(test)]
@@ -162,6 +177,17 @@ mod tests {
             status.message(),
             "open /var/lib/crius/crius.db: permission denied"
         );
+    }
+
+    #[test]
+    fn status_messages_are_bounded() {
+        let huge = "é".repeat(1 << 20);
+        let status = to_status(&Error::InvalidArgument(format!("id {huge}")));
+        assert!(status.message().len() < MAX_STATUS_MESSAGE + 64);
+        assert!(status.message().ends_with("bytes in all)"));
+        assert_eq!(crate::util::excerpt("short"), "short");
+        let cut = crate::util::excerpt(&huge);
+        assert!(cut.len() < 100 && cut.ends_with("(2097152 bytes)"), "{cut}");
     }
 
     #[test]

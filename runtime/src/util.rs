@@ -44,6 +44,49 @@ pub fn random_hex(len: usize) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The longest name, namespace or uid crius accepts in metadata: Kubernetes' own limit for
+/// object names (a DNS subdomain). Longer values only fail later and deeper (a CNI plugin's
+/// argument list, a cgroup path).
+pub const MAX_NAME_BYTES: usize = 253;
+
+/// Checks a metadata field that names an object: present, at most [`MAX_NAME_BYTES`], and
+/// without `/` or NUL (it becomes part of paths and CNI arguments).
+pub fn check_name(field: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("{field} is required"));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "{field} {:?} is longer than {MAX_NAME_BYTES} bytes",
+            excerpt(value)
+        ));
+    }
+    if value.contains(['/', '\0']) {
+        return Err(format!(
+            "{field}: invalid value {:?} (no '/' or NUL)",
+            excerpt(value)
+        ));
+    }
+    Ok(())
+}
+
+/// How many bytes of a request's value an error message or log line quotes.
+pub const EXCERPT_BYTES: usize = 64;
+
+/// A value from a request as error messages quote it: whole if short, else its first
+/// [`EXCERPT_BYTES`] bytes (cut on a character boundary) and its length, so a megabyte-long
+/// field never reaches a status or a log line.
+pub fn excerpt(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.len() <= EXCERPT_BYTES {
+        return value.into();
+    }
+    let mut end = EXCERPT_BYTES;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &value[..end], value.len()).into()
+}
+
 /// Now, in nanoseconds since the Unix epoch (the unit of every CRI timestamp).
 pub fn now_nanos() -> i64 {
     SystemTime::now()

@@ -23,7 +23,7 @@ use crate::daemon::Daemon;
 use crate::error::{Error, Result};
 use crate::mounts;
 use crate::pod::{write_spec, SandboxState};
-use crate::util::{new_id, now_nanos};
+use crate::util::{check_name, excerpt, new_id, now_nanos};
 
 /// Where a container is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,16 +133,7 @@ fn validate(config: &ContainerConfig) -> Result<()> {
         .as_ref()
         .map(|m| m.name.as_str())
         .unwrap_or("");
-    if name.is_empty() {
-        return Err(Error::InvalidArgument(
-            "config.metadata.name is required".into(),
-        ));
-    }
-    if name.contains(['/', '\0']) {
-        return Err(Error::InvalidArgument(format!(
-            "config.metadata.name: invalid value {name:?}"
-        )));
-    }
+    check_name("config.metadata.name", name).map_err(Error::InvalidArgument)?;
     let image = config
         .image
         .as_ref()
@@ -191,10 +182,9 @@ impl Daemon {
             .as_ref()
             .map(|i| i.image.clone())
             .unwrap_or_default();
-        let image = self
-            .images
-            .get(&image_name)?
-            .ok_or_else(|| Error::NotFound(format!("image {image_name:?} not found")))?;
+        let image = self.images.get(&image_name)?.ok_or_else(|| {
+            Error::NotFound(format!("image {:?} not found", excerpt(&image_name)))
+        })?;
         let id = new_id();
         if let Some(holder) = self.store.reserve_name(&name, &id)? {
             return Err(Error::AlreadyExists(format!(
@@ -687,7 +677,8 @@ impl Daemon {
             0 => Ok(None),
             1 => Ok(matches.into_iter().next()),
             n => Err(Error::InvalidArgument(format!(
-                "container_id {id:?} is ambiguous: {n} containers match"
+                "container_id {:?} is ambiguous: {n} containers match",
+                excerpt(id)
             ))),
         }
     }
@@ -696,7 +687,7 @@ impl Daemon {
     pub fn container(&self, id: &str) -> Result<ContainerRecord> {
         self.resolve_container_id(id)?
             .and_then(|id| self.containers.get(&id))
-            .ok_or_else(|| Error::NotFound(format!("container {id:?} not found")))
+            .ok_or_else(|| Error::NotFound(format!("container {:?} not found", excerpt(id))))
     }
 
     /// The containers of a pod.

@@ -23,7 +23,7 @@ use crate::cgroups;
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
 use crate::mounts;
-use crate::util::{new_id, now_nanos};
+use crate::util::{check_name, excerpt, new_id, now_nanos};
 
 /// How long removing a pod or container waits for its cgroup to empty (killed orphans of a
 /// dead shim are zombies until init reaps them).
@@ -125,14 +125,7 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
         ("config.metadata.namespace", &m.namespace),
         ("config.metadata.uid", &m.uid),
     ] {
-        if value.is_empty() {
-            return Err(Error::InvalidArgument(format!("{field} is required")));
-        }
-        if value.contains(['/', '\0']) {
-            return Err(Error::InvalidArgument(format!(
-                "{field}: invalid value {value:?}"
-            )));
-        }
+        check_name(field, value).map_err(Error::InvalidArgument)?;
     }
     if !runtime_handler.is_empty() && runtime_handler != "crius" && runtime_handler != "runc" {
         return Err(Error::InvalidArgument(format!(
@@ -142,7 +135,16 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
     if config.hostname.len() > 64 || config.hostname.contains(['/', '\0', '\n']) {
         return Err(Error::InvalidArgument(format!(
             "config.hostname {:?} is not a valid hostname (at most 64 bytes)",
-            config.hostname
+            excerpt(&config.hostname)
+        )));
+    }
+    // Resolved against crius's own working directory otherwise.
+    if !config.log_directory.is_empty()
+        && (!config.log_directory.starts_with('/') || config.log_directory.contains('\0'))
+    {
+        return Err(Error::InvalidArgument(format!(
+            "config.log_directory {:?} must be an absolute path",
+            excerpt(&config.log_directory)
         )));
     }
     // A host-network pod shares the node's UTS namespace: a hostname of its own would show in
@@ -166,6 +168,12 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
             return Err(Error::InvalidArgument(format!(
                 "port_mappings[{i}]: port out of range (container {}, host {})",
                 p.container_port, p.host_port
+            )));
+        }
+        if !p.host_ip.is_empty() && p.host_ip.parse::<std::net::IpAddr>().is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "port_mappings[{i}].host_ip {:?} is not an IP address",
+                excerpt(&p.host_ip)
             )));
         }
     }
@@ -521,7 +529,8 @@ impl Daemon {
             0 => Ok(None),
             1 => Ok(matches.into_iter().next()),
             n => Err(Error::InvalidArgument(format!(
-                "pod_sandbox_id {id:?} is ambiguous: {n} pods match"
+                "pod_sandbox_id {:?} is ambiguous: {n} pods match",
+                excerpt(id)
             ))),
         }
     }
@@ -530,7 +539,7 @@ impl Daemon {
     pub fn pod(&self, id: &str) -> Result<SandboxRecord> {
         self.resolve_pod_id(id)?
             .and_then(|id| self.sandboxes.get(&id))
-            .ok_or_else(|| Error::NotFound(format!("pod sandbox {id:?} not found")))
+            .ok_or_else(|| Error::NotFound(format!("pod sandbox {:?} not found", excerpt(id))))
     }
 
     /// At start: finishes what a killed crius left half-done.

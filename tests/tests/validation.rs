@@ -1,0 +1,121 @@
+//! Bad requests are refused at the door: the right code, a message that names the field, and
+//! never more than a short excerpt of the value (a 1 MiB value echoed into a status is a
+//! header that gRPC C-core clients refuse, hiding the error).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{assert_status, Env};
+use crius_api::v1::*;
+use tonic::Code;
+
+/// Longer than any message crius should send for one bad field.
+const BOUNDED: usize = 1024;
+
+fn assert_bounded<T: std::fmt::Debug>(
+    result: Result<T, tonic::Status>,
+    code: Code,
+    needles: &[&str],
+) {
+    let len = match &result {
+        Err(s) => s.message().len(),
+        Ok(_) => 0,
+    };
+    assert_status(result, code, needles);
+    assert!(len < BOUNDED, "status message of {len} bytes");
+}
+
+#[tokio::test]
+async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
+    let env = Env::with_image(96).await;
+    let huge = "x".repeat(1 << 20);
+    let run = |config: PodSandboxConfig| {
+        let mut rt = env.rt();
+        async move {
+            rt.run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await
+        }
+    };
+
+    for field in ["name", "namespace", "uid"] {
+        let mut config = env.pod_config("valid", false);
+        let m = config.metadata.as_mut().unwrap();
+        match field {
+            "name" => m.name = huge.clone(),
+            "namespace" => m.namespace = huge.clone(),
+            _ => m.uid = huge.clone(),
+        }
+        assert_bounded(
+            run(config).await,
+            Code::InvalidArgument,
+            &[&format!("config.metadata.{field}"), "longer than 253 bytes"],
+        );
+    }
+
+    let mut config = env.pod_config("relative-logs", false);
+    config.log_directory = "logs/here".into();
+    assert_bounded(
+        run(config).await,
+        Code::InvalidArgument,
+        &["config.log_directory", "logs/here", "absolute"],
+    );
+
+    let mut config = env.pod_config("bad-host-ip", false);
+    config.port_mappings = vec![PortMapping {
+        protocol: Protocol::Tcp as i32,
+        container_port: 80,
+        host_port: 8080,
+        host_ip: "not-an-ip".into(),
+    }];
+    assert_bounded(
+        run(config).await,
+        Code::InvalidArgument,
+        &["port_mappings[0].host_ip", "not-an-ip"],
+    );
+    assert!(env.list_pods(PodSandboxFilter::default()).await.is_empty());
+
+    // An unknown 1 MiB id: NotFound, quoted in part.
+    assert_bounded(
+        env.rt()
+            .container_status(ContainerStatusRequest {
+                container_id: huge.clone(),
+                verbose: false,
+            })
+            .await,
+        Code::NotFound,
+        &["container", "1048576 bytes"],
+    );
+    assert_bounded(
+        env.rt()
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: huge.clone(),
+                verbose: false,
+            })
+            .await,
+        Code::NotFound,
+        &["pod sandbox", "1048576 bytes"],
+    );
+
+    // A 1 MiB container name in a real pod.
+    let mut env = env;
+    let config = env.pod_config("real", false);
+    let pod = env.run_pod(config.clone()).await;
+    let mut c = env.container_config("ok", &["true"]);
+    c.metadata.as_mut().unwrap().name = huge.clone();
+    assert_bounded(
+        env.rt()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(c),
+                sandbox_config: Some(config),
+            })
+            .await,
+        Code::InvalidArgument,
+        &["config.metadata.name", "longer than 253 bytes"],
+    );
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

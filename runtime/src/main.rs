@@ -100,6 +100,43 @@ fn log_filter(level: &str) -> String {
     }
 }
 
+/// Raises the soft limit of open files to the hard limit. systemd and most shells start
+/// services with a soft limit of 1024, which a node's pods, shims and stream clients exceed;
+/// the hard limit is what the administrator allows.
+fn raise_nofile() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        tracing::warn!(
+            "getrlimit(RLIMIT_NOFILE): {}",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    if lim.rlim_cur >= lim.rlim_max {
+        return;
+    }
+    let before = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit reads the struct we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        tracing::warn!(
+            "raise the open-files limit from {before} to {}: {}",
+            lim.rlim_max,
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    tracing::info!(
+        from = before,
+        to = lim.rlim_max,
+        "raised the open-files limit"
+    );
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = load_config(&cli)?;
     let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&config.log_level))
@@ -110,6 +147,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
+    raise_nofile();
     let socket_path = config
         .socket_path()
         .map_err(|m| anyhow::anyhow!("listen {:?}: {m}", config.listen))?;

@@ -62,6 +62,11 @@ max_container_log_line_size = 16384
 address = "127.0.0.1"
 # Port of the streaming server; 0 picks a free port at start.
 port = 0
+# Seconds a client may take to send its request line and headers; slower connections are closed.
+header_timeout_secs = 10
+# Connections that have not yet become an exec, attach or port-forward session, at most; more
+# are closed at once, so idle or slow clients cannot take crius's file descriptors.
+max_pending_connections = 128
 "#;
 
 /// The effective configuration of a running crius.
@@ -137,6 +142,8 @@ pub enum CgroupDriver {
 pub struct StreamConfig {
     pub address: String,
     pub port: u16,
+    pub header_timeout_secs: u64,
+    pub max_pending_connections: usize,
 }
 
 impl Default for Config {
@@ -189,6 +196,8 @@ impl Default for StreamConfig {
         StreamConfig {
             address: "127.0.0.1".to_string(),
             port: 0,
+            header_timeout_secs: 10,
+            max_pending_connections: 128,
         }
     }
 }
@@ -292,6 +301,12 @@ impl Config {
                     "must be 1 to {MAX_LOG_LINE_LIMIT}: {}",
                     self.runtime.max_container_log_line_size
                 ),
+            ));
+        }
+        if self.stream.header_timeout_secs == 0 || self.stream.max_pending_connections == 0 {
+            return Err(invalid(
+                "stream",
+                "header_timeout_secs and max_pending_connections must be at least 1".to_string(),
             ));
         }
         if self.stream.address.parse::<std::net::IpAddr>().is_err() {

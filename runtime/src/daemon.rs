@@ -122,9 +122,8 @@ impl Daemon {
         let _ = self.userns.set(userns.is_ok());
         self.recover_containers().await;
         self.recover_pods().await;
-        let stream = &self.config.stream;
         self.streams
-            .start(&stream.address, stream.port)
+            .start(&self.config.stream)
             .await
             .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
         // Blobs and snapshots a killed crius left unreferenced (a pull cut short, an image

@@ -29,7 +29,7 @@ async fn pod_without_hostname_gets_the_nodes_even_with_a_long_name() {
 
 #[tokio::test]
 async fn host_network_pod_cannot_name_its_own_hostname() {
-    let env = Env::new(83).await;
+    let env = Env::new(17).await;
     let mut config = env.pod_config("hostnet-named", true);
     config.hostname = "not-the-node".into();
     let refused = env

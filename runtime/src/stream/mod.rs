@@ -18,7 +18,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming as Body;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -102,11 +102,19 @@ impl Default for StreamServer {
 impl StreamServer {
     /// Listen on `address:port` (port 0: a free one) and serve until [`StreamServer::stop`].
     /// Returns the address bound.
+    ///
+    /// A connection must send its request within `header_timeout_secs`, serves one request
+    /// (no keep-alive: every URL is single-use) and counts against `max_pending_connections`
+    /// until it is upgraded to a session or closed; past the cap new connections are closed at
+    /// once. Idle or slow clients thus hold a bounded number of descriptors for a bounded time,
+    /// and cannot starve the CRI socket or an undo path of them.
     pub async fn start(
         self: &Arc<Self>,
-        address: &str,
-        port: u16,
+        config: &crate::config::StreamConfig,
     ) -> Result<SocketAddr, StreamError> {
+        let (address, port) = (config.address.as_str(), config.port);
+        let header_timeout = Duration::from_secs(config.header_timeout_secs);
+        let pending = Arc::new(tokio::sync::Semaphore::new(config.max_pending_connections));
         let ip: std::net::IpAddr = address
             .parse()
             .map_err(|_| StreamError::Address(format!("{address}:{port}")))?;
@@ -140,14 +148,25 @@ impl StreamServer {
                         continue;
                     }
                 };
+                let Ok(permit) = Arc::clone(&pending).try_acquire_owned() else {
+                    tracing::debug!("stream server: too many pending connections; closing one");
+                    drop(tcp);
+                    continue;
+                };
                 let _ = tcp.set_nodelay(true);
                 let server = Arc::clone(&server);
                 tokio::spawn(async move {
+                    // Held until the connection is upgraded (the session then owns the
+                    // socket) or closed.
+                    let _permit = permit;
                     let service = hyper::service::service_fn(move |req| {
                         let server = Arc::clone(&server);
                         async move { Ok::<_, std::convert::Infallible>(server.handle(req)) }
                     });
                     let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(header_timeout)
+                        .keep_alive(false)
                         .serve_connection(TokioIo::new(tcp), service)
                         .with_upgrades();
                     if let Err(e) = conn.await {

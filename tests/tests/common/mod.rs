@@ -92,6 +92,12 @@ impl Env {
     /// Starts everything for test number `n` (1..=99, unique across the test files); the
     /// image is pushed to the registry, not pulled.
     pub async fn new(n: u8) -> Env {
+        Env::with_config(n, "").await
+    }
+
+    /// [`Env::new`] with `extra` appended to crius's config file (whole tables, such as
+    /// `"[stream]\nheader_timeout_secs = 1\n"`).
+    pub async fn with_config(n: u8, extra: &str) -> Env {
         assert!(
             (1..100).contains(&n),
             "test network number {n} out of range"
@@ -124,7 +130,7 @@ impl Env {
         .unwrap();
         let config = format!(
             "[cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{}\", \"{CNI_BIN}\"]\nplugin_timeout_secs = 20\n\n\
-             [registry]\nconfig_path = \"{}\"\n",
+             [registry]\nconfig_path = \"{}\"\n\n{extra}",
             conf_dir.display(),
             net.join("bin").display(),
             hosts_dir.display()

@@ -1,0 +1,145 @@
+//! The streaming server cannot be starved by idle or slow clients: connections that have not
+//! become a session are capped and time out, and none of it reaches the CRI socket.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::Env;
+use crius_api::v1::*;
+
+const CAP: usize = 16;
+const HEADER_TIMEOUT_SECS: u64 = 2;
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// True once the server closed `conn` (EOF or reset), false if it is still open after `limit`.
+fn closed_within(conn: &mut TcpStream, limit: Duration) -> bool {
+    conn.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 512];
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_stream_clients_are_capped_and_timed_out() {
+    let extra = format!(
+        "[stream]\nheader_timeout_secs = {HEADER_TIMEOUT_SECS}\nmax_pending_connections = {CAP}\n"
+    );
+    let mut env = Env::with_config(93, &extra).await;
+    let pushed = env.pushed.clone();
+    env.image_ref = env.pull(&pushed.reference).await;
+    let config = env.pod_config("streamer", false);
+    let pod = env.run_pod(config.clone()).await;
+    let c = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("box", &["sleep", "1000"]),
+        )
+        .await;
+    let url = env
+        .rt()
+        .exec(ExecRequest {
+            container_id: c.clone(),
+            cmd: vec!["true".into()],
+            stdout: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .url;
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let pid = env.crius.pid().unwrap();
+    let before = open_fds(pid);
+
+    // Ten times the cap: idle ones, and slowloris ones that dribble a header.
+    let mut conns: Vec<TcpStream> = (0..CAP * 10)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    for conn in conns.iter_mut().step_by(2) {
+        conn.write_all(b"GET /exec/x HTTP/1.1\r\nHost: a\r\n")
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = open_fds(pid);
+    assert!(
+        during <= before + CAP + 8,
+        "crius holds {during} descriptors, {before} before {} connections (cap {CAP})",
+        conns.len()
+    );
+
+    // The CRI keeps working meanwhile.
+    env.crius
+        .runtime()
+        .version(VersionRequest::default())
+        .await
+        .unwrap();
+    let out = env.exec(&c, &["echo", "alive"], 10).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "alive");
+    let other = env.run_pod(env.pod_config("while-flooded", false)).await;
+    env.remove_pod(&other).await;
+
+    // Every connection is closed by crius within the header timeout (plus slack), even one
+    // that keeps sending header bytes.
+    let begin = Instant::now();
+    let slow = &mut conns[0];
+    let deadline = Instant::now() + Duration::from_secs(HEADER_TIMEOUT_SECS + 3);
+    let mut slow_closed = false;
+    while Instant::now() < deadline {
+        if slow.write_all(b"X-Slow: 1\r\n").is_err() {
+            slow_closed = true;
+            break;
+        }
+        if closed_within(slow, Duration::from_millis(500)) {
+            slow_closed = true;
+            break;
+        }
+    }
+    assert!(
+        slow_closed,
+        "a slowloris connection outlived the header timeout"
+    );
+    for (i, conn) in conns.iter_mut().enumerate().skip(1) {
+        let left = Duration::from_secs(HEADER_TIMEOUT_SECS + 3).saturating_sub(begin.elapsed());
+        assert!(
+            closed_within(conn, left.max(Duration::from_millis(100))),
+            "connection {i} still open after {:?}",
+            begin.elapsed()
+        );
+    }
+    drop(conns);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(open_fds(pid) <= before + 2, "descriptors not given back");
+
+    env.stop(&c, 0).await;
+    env.remove(&c).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

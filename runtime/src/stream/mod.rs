@@ -50,8 +50,6 @@ pub enum StreamError {
     Address(String),
     #[error("the streaming server is not running")]
     NotRunning,
-    #[error("too many streaming requests wait for their client")]
-    TooMany,
     #[error("shim at {path}")]
     Shim {
         path: PathBuf,
@@ -193,8 +191,20 @@ impl StreamServer {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         pending.retain(|_, (at, _)| now.duration_since(*at) < TOKEN_TTL);
+        // Full: the URL unused for longest gives way. Refusing instead would let one client
+        // that asks for URLs and never connects lock every other client out for a minute;
+        // a real client connects within moments of its RPC, so the oldest is the abandoned one.
         if pending.len() >= MAX_PENDING {
-            return Err(StreamError::TooMany);
+            let oldest = pending
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(token, _)| token.clone());
+            if let Some(oldest) = oldest {
+                pending.remove(&oldest);
+                tracing::debug!(
+                    "stream server: {MAX_PENDING} URLs unused; the oldest expires early"
+                );
+            }
         }
         pending.insert(token.clone(), (now, request));
         Ok(format!("{base}/{kind}/{token}"))
@@ -425,6 +435,34 @@ mod tests {
         let token = url.rsplit('/').next().unwrap().to_owned();
         assert!(server.take("portforward", &token).is_some());
         assert!(server.take("portforward", &token).is_none(), "used once");
+    }
+
+    #[test]
+    fn a_full_table_drops_the_oldest_unused_url_not_the_new_one() {
+        let server = StreamServer::default();
+        let _ = server.base_url.set("http://127.0.0.1:1".into());
+        let register = || {
+            let url = server
+                .register(PendingStream::PortForward {
+                    pod_id: "p".into(),
+                    netns: None,
+                })
+                .unwrap();
+            url.rsplit('/').next().unwrap().to_owned()
+        };
+        let first = register();
+        let second = register();
+        for _ in 2..MAX_PENDING {
+            register();
+        }
+        // One client filled the table; the next caller still gets a working URL.
+        let newest = register();
+        assert!(server.take("portforward", &newest).is_some());
+        assert!(
+            server.take("portforward", &first).is_none(),
+            "oldest gave way"
+        );
+        assert!(server.take("portforward", &second).is_some());
     }
 
     #[test]

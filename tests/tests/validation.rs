@@ -99,6 +99,19 @@ async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
         &["pod sandbox", "1048576 bytes"],
     );
 
+    // Resources: one set of rules for Run, Create and Update.
+    let mut config = env.pod_config("tiny-memory", false);
+    config.linux.get_or_insert_with(Default::default).overhead = Some(LinuxContainerResources {
+        memory_limit_in_bytes: 1,
+        ..Default::default()
+    });
+    assert_bounded(
+        run(config).await,
+        Code::InvalidArgument,
+        &["config.linux.overhead.memory_limit_in_bytes", "minimum"],
+    );
+    assert!(env.list_pods(PodSandboxFilter::default()).await.is_empty());
+
     // A 1 MiB container name in a real pod.
     let mut env = env;
     let config = env.pod_config("real", false);
@@ -116,6 +129,45 @@ async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
         Code::InvalidArgument,
         &["config.metadata.name", "longer than 253 bytes"],
     );
+    let mut c = env.container_config("banana", &["true"]);
+    c.linux.get_or_insert_with(Default::default).resources = Some(LinuxContainerResources {
+        cpuset_cpus: "banana".into(),
+        ..Default::default()
+    });
+    assert_bounded(
+        env.rt()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(c),
+                sandbox_config: Some(env.pod_config("real", false)),
+            })
+            .await,
+        Code::InvalidArgument,
+        &["config.linux.resources.cpuset_cpus", "banana"],
+    );
+    let c = env
+        .create_start(
+            &pod,
+            &env.pod_config("real", false),
+            env.container_config("sleeper", &["sleep", "100"]),
+        )
+        .await;
+    assert_bounded(
+        env.rt()
+            .update_container_resources(UpdateContainerResourcesRequest {
+                container_id: c.clone(),
+                linux: Some(LinuxContainerResources {
+                    oom_score_adj: 5000,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await,
+        Code::InvalidArgument,
+        &["linux.oom_score_adj", "5000"],
+    );
+    env.stop(&c, 0).await;
+    env.remove(&c).await;
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }

@@ -685,6 +685,25 @@ pub(crate) fn limit_or_none(v: u64) -> Option<u64> {
     (v < UNLIMITED).then_some(v)
 }
 
+/// The smallest memory limit accepted (Docker's floor): a container below it cannot even start
+/// its first process, and the failure would come from deep inside the kernel or the runtime.
+pub const MIN_MEMORY_LIMIT: i64 = 6 << 20;
+
+/// Checks the resources of a request (RunPodSandbox's resources and overhead, CreateContainer,
+/// UpdateContainerResources) before anything is created: one set of rules for every RPC, the
+/// error naming the field (`field` is where `r` sits in the request).
+pub fn check_resources(field: &str, r: &LinuxContainerResources) -> crate::error::Result<()> {
+    let mode = Hierarchy::host().map(Hierarchy::mode).unwrap_or(Mode::V2);
+    validate(r, mode).map_err(|e| crate::error::Error::InvalidArgument(format!("{field}.{e}")))?;
+    if !(-1000..=1000).contains(&r.oom_score_adj) {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "{field}.oom_score_adj {} is out of range (-1000 to 1000)",
+            r.oom_score_adj
+        )));
+    }
+    Ok(())
+}
+
 /// Checks what no cgroup could take before anything is written.
 fn validate(r: &LinuxContainerResources, mode: Mode) -> Result<()> {
     let invalid = |m: String| Err(CgroupError::Invalid(m));
@@ -694,10 +713,29 @@ fn validate(r: &LinuxContainerResources, mode: Mode) -> Result<()> {
     if r.cpu_period < 0 {
         return invalid(format!("cpu_period {} is negative", r.cpu_period));
     }
+    // The kernel's CFS bounds: a period of 1 ms to 1 s, a quota of at least 1 ms.
+    if r.cpu_period != 0 && !(1000..=1_000_000).contains(&r.cpu_period) {
+        return invalid(format!(
+            "cpu_period {} is out of range (1000 to 1000000 microseconds)",
+            r.cpu_period
+        ));
+    }
     if r.cpu_quota < -1 {
         return invalid(format!(
             "cpu_quota {} is negative (only -1, unlimited, is allowed)",
             r.cpu_quota
+        ));
+    }
+    if r.cpu_quota > 0 && !(1000..=(1 << 44)).contains(&r.cpu_quota) {
+        return invalid(format!(
+            "cpu_quota {} is out of range (at least 1000 microseconds)",
+            r.cpu_quota
+        ));
+    }
+    if r.memory_limit_in_bytes > 0 && r.memory_limit_in_bytes < MIN_MEMORY_LIMIT {
+        return invalid(format!(
+            "memory_limit_in_bytes {} is below the minimum of {MIN_MEMORY_LIMIT}",
+            r.memory_limit_in_bytes
         ));
     }
     if r.memory_limit_in_bytes < -1 {
@@ -713,10 +751,25 @@ fn validate(r: &LinuxContainerResources, mode: Mode) -> Result<()> {
         ));
     }
     for h in &r.hugepage_limits {
-        if h.page_size.is_empty() || !h.page_size.chars().all(|c| c.is_ascii_alphanumeric()) {
+        if h.page_size.is_empty()
+            || h.page_size.len() > 16
+            || !h.page_size.chars().all(|c| c.is_ascii_alphanumeric())
+        {
             return invalid(format!(
                 "hugepage_limits: invalid page size {:?}",
-                h.page_size
+                crate::util::excerpt(&h.page_size)
+            ));
+        }
+    }
+    // cpuset syntax: comma-separated numbers and ranges, bounded.
+    for (name, set) in [
+        ("cpuset_cpus", &r.cpuset_cpus),
+        ("cpuset_mems", &r.cpuset_mems),
+    ] {
+        if !set.is_empty() && !is_cpu_list(set) {
+            return invalid(format!(
+                "{name} {:?} is not a list of numbers and ranges such as 0-3,5",
+                crate::util::excerpt(set)
             ));
         }
     }
@@ -737,10 +790,29 @@ fn validate(r: &LinuxContainerResources, mode: Mode) -> Result<()> {
                 "cgroup.procs" | "cgroup.threads" | "cgroup.subtree_control" | "cgroup.kill"
             )
         {
-            return invalid(format!("unified key {key:?} is not a cgroup setting"));
+            return invalid(format!(
+                "unified key {:?} is not a cgroup setting",
+                crate::util::excerpt(key)
+            ));
         }
     }
     Ok(())
+}
+
+/// Whether `set` is a Linux cpu list (`0-3,5,7-8`) of at most 1,024 bytes and numbers below
+/// 65,536, in increasing ranges.
+fn is_cpu_list(set: &str) -> bool {
+    let num = |t: &str| -> Option<u32> {
+        (!t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| t.parse::<u32>().ok())
+            .flatten()
+            .filter(|n| *n < 65_536)
+    };
+    set.len() <= 1024
+        && set.split(',').all(|part| match part.split_once('-') {
+            Some((a, b)) => matches!((num(a), num(b)), (Some(a), Some(b)) if a <= b),
+            None => num(part).is_some(),
+        })
 }
 
 /// Writes to cgroup files that can be undone: each file's old content is read before its
@@ -1047,6 +1119,112 @@ mod tests {
         assert_eq!(unescape_mount_path("/a\\040b"), "/a b");
         assert_eq!(unescape_mount_path("/a\\\\"), "/a\\\\");
         assert_eq!(unescape_mount_path("/x\\0"), "/x\\0");
+    }
+
+    #[test]
+    fn request_resources_are_checked_alike_for_every_rpc() {
+        let ok = LinuxContainerResources {
+            cpu_period: 100_000,
+            cpu_quota: 20_000,
+            cpu_shares: 512,
+            memory_limit_in_bytes: 64 << 20,
+            cpuset_cpus: "0-1,3".into(),
+            oom_score_adj: -999,
+            ..Default::default()
+        };
+        check_resources("config.linux.resources", &ok).unwrap();
+        let bad = [
+            (
+                "memory_limit_in_bytes",
+                LinuxContainerResources {
+                    memory_limit_in_bytes: 1,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "memory_limit_in_bytes",
+                LinuxContainerResources {
+                    memory_limit_in_bytes: -5,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "memory_swap_limit_in_bytes",
+                LinuxContainerResources {
+                    memory_swap_limit_in_bytes: -2,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "cpuset_cpus",
+                LinuxContainerResources {
+                    cpuset_cpus: "banana".into(),
+                    ..ok.clone()
+                },
+            ),
+            (
+                "cpuset_cpus",
+                LinuxContainerResources {
+                    cpuset_cpus: "999999".into(),
+                    ..ok.clone()
+                },
+            ),
+            (
+                "cpuset_cpus",
+                LinuxContainerResources {
+                    cpuset_cpus: "0,".repeat(2500),
+                    ..ok.clone()
+                },
+            ),
+            (
+                "cpu_quota",
+                LinuxContainerResources {
+                    cpu_quota: 1 << 62,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "cpu_period",
+                LinuxContainerResources {
+                    cpu_period: 1 << 62,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "cpu_shares",
+                LinuxContainerResources {
+                    cpu_shares: -1,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "oom_score_adj",
+                LinuxContainerResources {
+                    oom_score_adj: 5000,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "page size",
+                LinuxContainerResources {
+                    hugepage_limits: vec![crius_api::v1::HugepageLimit {
+                        page_size: "../2MB".into(),
+                        limit: 1,
+                    }],
+                    ..ok.clone()
+                },
+            ),
+        ];
+        for (field, r) in bad {
+            let err = check_resources("config.linux.resources", &r).unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                matches!(err, crate::error::Error::InvalidArgument(_)) && msg.contains(field),
+                "{field}: {msg}"
+            );
+            assert!(msg.starts_with("config.linux.resources."), "{msg}");
+            assert!(msg.len() < 300, "{msg}");
+        }
     }
 
     #[test]

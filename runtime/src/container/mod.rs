@@ -134,6 +134,9 @@ fn validate(config: &ContainerConfig) -> Result<()> {
         .map(|m| m.name.as_str())
         .unwrap_or("");
     check_name("config.metadata.name", name).map_err(Error::InvalidArgument)?;
+    if let Some(r) = config.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+        crate::cgroups::check_resources("config.linux.resources", r)?;
+    }
     let image = config
         .image
         .as_ref()

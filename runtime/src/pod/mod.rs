@@ -138,6 +138,16 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
             excerpt(&config.hostname)
         )));
     }
+    if let Some(linux) = &config.linux {
+        for (field, r) in [
+            ("config.linux.resources", &linux.resources),
+            ("config.linux.overhead", &linux.overhead),
+        ] {
+            if let Some(r) = r {
+                cgroups::check_resources(field, r)?;
+            }
+        }
+    }
     // Resolved against crius's own working directory otherwise.
     if !config.log_directory.is_empty()
         && (!config.log_directory.starts_with('/') || config.log_directory.contains('\0'))

@@ -261,7 +261,7 @@ fn a_refused_value_keeps_the_old_values() {
         assert_eq!(h.read(&cg.path).unwrap(), in_force);
     }
 
-    // Memory is written, then a quota below the kernel's 1ms minimum is refused: memory back.
+    // A quota below the kernel's 1ms minimum is refused before anything is written.
     let r = LinuxContainerResources {
         memory_limit_in_bytes: 96 * MIB,
         cpu_shares: 1024,
@@ -269,21 +269,24 @@ fn a_refused_value_keeps_the_old_values() {
         ..Default::default()
     };
     let err = h.apply(&cg.path, &r).unwrap_err();
-    assert!(err.to_string().contains("cpu.cfs_quota_us"), "{err}");
+    assert!(err.to_string().contains("cpu_quota"), "{err}");
+    assert!(err.is_invalid_value(), "{err:?}");
     assert_eq!(h.read(&cg.path).unwrap(), in_force);
-    assert_eq!(
-        file(v1, "memory", &cg.path, "memory.limit_in_bytes"),
-        (64 * MIB).to_string()
-    );
 
-    // CPUs this host does not have.
+    // Memory is written, then CPUs this host does not have are refused by the kernel: the
+    // memory limit is back.
     let r = LinuxContainerResources {
+        memory_limit_in_bytes: 96 * MIB,
         cpuset_cpus: "0-4095".into(),
         ..Default::default()
     };
     let err = h.apply(&cg.path, &r).unwrap_err();
     assert!(err.to_string().contains("cpuset.cpus"), "{err}");
     assert_eq!(h.read(&cg.path).unwrap(), in_force);
+    assert_eq!(
+        file(v1, "memory", &cg.path, "memory.limit_in_bytes"),
+        (64 * MIB).to_string()
+    );
 }
 
 #[test]

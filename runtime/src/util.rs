@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -187,6 +187,89 @@ pub fn kernel_at_least(major: u32, minor: u32) -> bool {
         (Some(a), Some(b)) => (a, b) >= (major, minor),
         _ => false,
     }
+}
+
+/// Opens `path` as a directory (an `O_PATH` descriptor) below `root`, resolving `..` and
+/// symlinks as if `root` were `/` (openat2's `RESOLVE_IN_ROOT`): an image's symlink cannot
+/// lead out of the container's rootfs.
+fn open_dir_in_root(root: &std::fs::File, path: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let rel = if path.as_os_str().is_empty() {
+        std::ffi::CString::new(".")
+    } else {
+        std::ffi::CString::new(path.as_os_str().as_bytes())
+    }
+    .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: open_how is plain data; all-zero is its "no flags" value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT;
+    // SAFETY: openat2 reads the NUL-terminated path and the open_how we own, of the size we
+    // pass; the descriptor it returns is ours.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            rel.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned to us by the kernel and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Creates directory `path` (absolute, as the container sees it) and its missing parents inside
+/// the rootfs at `root`, mode 0755, owned by `owner` (the container's root on the node) when
+/// given. Symlinks in the image resolve inside `root`, never to the node's files. runc does
+/// this for a missing working directory; so does crius.
+pub fn mkdir_in_root(root: &Path, path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let root_dir = std::fs::File::open(root)?;
+    let mut prefix = PathBuf::new();
+    for comp in path.components() {
+        let name = match comp {
+            std::path::Component::Normal(n) => n,
+            std::path::Component::ParentDir => std::ffi::OsStr::new(".."),
+            _ => continue,
+        };
+        let next = prefix.join(name);
+        match open_dir_in_root(&root_dir, &next) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                let parent = open_dir_in_root(&root_dir, &prefix)?;
+                let cname = std::ffi::CString::new(name.as_bytes())
+                    .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+                // SAFETY: mkdirat on a directory descriptor we own with a NUL-terminated name.
+                if unsafe { libc::mkdirat(parent.as_raw_fd(), cname.as_ptr(), 0o755) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some((uid, gid)) = owner {
+                    // SAFETY: as above; the entry was just made by us and is no symlink.
+                    let rc = unsafe {
+                        libc::fchownat(
+                            parent.as_raw_fd(),
+                            cname.as_ptr(),
+                            uid,
+                            gid,
+                            libc::AT_SYMLINK_NOFOLLOW,
+                        )
+                    };
+                    if rc != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        prefix = next;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

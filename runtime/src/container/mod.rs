@@ -311,6 +311,16 @@ impl Daemon {
             target_pid: self.target_pid(config)?,
         })?;
         write_spec(&paths.bundle, &spec)?;
+        // A working directory the image lacks is made, as runc does under containerd.
+        if let Some(cwd) = spec.process().as_ref().map(|p| p.cwd()) {
+            let owner = userns.as_ref().and_then(|u| u.maps.host_root());
+            crate::util::mkdir_in_root(&paths.rootfs, cwd, owner).map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "config.working_dir {:?} cannot be made in the image: {e}",
+                    crate::util::excerpt(&cwd.to_string_lossy())
+                ))
+            })?;
+        }
         if let Some(log) = &record.log_path {
             if let Some(dir) = log.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| {

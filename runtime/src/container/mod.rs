@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crius_api::shim::{ContainerStatus as ShimStatus, ExitInfo};
+use crius_api::shim::{
+    ContainerInfo as ShimContainerInfo, ContainerStatus as ShimStatus, ExitInfo,
+};
 use crius_api::v1::{ContainerConfig, LinuxContainerResources, PodSandboxConfig};
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
@@ -413,6 +415,40 @@ impl Daemon {
         Ok(())
     }
 
+    /// Brings a record that says created in line with its shim: a container the shim started
+    /// (crius died before recording it) becomes running and is followed; one that has already
+    /// exited gets its start and exit recorded. Returns whether the record changed.
+    fn adopt_shim_state(self: &Arc<Self>, c: &ContainerRecord, info: &ShimContainerInfo) -> bool {
+        if c.state != ContainerState::Created
+            || !matches!(info.status, ShimStatus::Running | ShimStatus::Stopped)
+        {
+            return false;
+        }
+        if info.status == ShimStatus::Stopped && info.started_at_unix_nano.is_none() {
+            // Never started (its init was killed while created): only the exit is news.
+            if let Some(exit) = &info.exit {
+                self.record_exit(&c.id, exit);
+            }
+            return true;
+        }
+        let started_at = info.started_at_unix_nano.unwrap_or_else(now_nanos);
+        let updated = self.containers.update(&self.store, &c.id, |r| {
+            r.state = ContainerState::Running;
+            r.started_at = started_at;
+            r.pid = info.pid.and_then(|p| u32::try_from(p).ok());
+        });
+        if let Err(e) = updated {
+            tracing::error!(container = %c.id, "record the start the shim reports: {e}");
+            return false;
+        }
+        tracing::info!(container = %c.id, "the shim started this container before crius recorded it");
+        match (&info.status, &info.exit) {
+            (ShimStatus::Stopped, Some(exit)) => self.record_exit(&c.id, exit),
+            _ => self.watch_exit(c.sandbox_id.clone(), c.id.clone()),
+        }
+        true
+    }
+
     /// Follows a running container until it exits, then records how.
     pub fn watch_exit(self: &Arc<Self>, pod_id: String, id: String) {
         let daemon = Arc::clone(self);
@@ -496,9 +532,19 @@ impl Daemon {
         id: &str,
         timeout: i64,
     ) -> Result<()> {
-        let Some(c) = self.containers.get(id) else {
+        let Some(mut c) = self.containers.get(id) else {
             return Ok(());
         };
+        // A record that says created may hide a process its shim started: stop what runs.
+        if c.state == ContainerState::Created {
+            if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
+                if let Ok(info) = shim.state(id).await {
+                    if self.adopt_shim_state(&c, &info) {
+                        c = self.containers.get(id).unwrap_or(c);
+                    }
+                }
+            }
+        }
         if c.state != ContainerState::Running {
             return Ok(());
         }
@@ -750,14 +796,12 @@ impl Daemon {
                 }
                 ContainerState::Running => self.watch_exit(c.sandbox_id.clone(), c.id.clone()),
                 ContainerState::Created => {
-                    // Still created in its shim unless the shim is gone.
+                    // The shim has the truth: a crius killed between the shim's start and the
+                    // database write left a record that says created for a process that runs
+                    // (or ran).
                     if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
                         if let Ok(info) = shim.state(&c.id).await {
-                            if info.status == ShimStatus::Stopped {
-                                if let Some(exit) = info.exit {
-                                    self.record_exit(&c.id, &exit);
-                                }
-                            }
+                            self.adopt_shim_state(&c, &info);
                         }
                     } else {
                         self.settle_lost(&c.sandbox_id, &c.id, "shim not reachable at start");

@@ -1,0 +1,81 @@
+//! A crius killed in the middle of a lifecycle step comes back telling the truth: the shim's
+//! view wins over a record written before the step finished.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::Env;
+use crius_api::shim::Client as ShimClient;
+use crius_api::v1::*;
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+/// crius dies after its shim started a container and before `Running` was written: the
+/// record says created while the process runs. After a restart the container is RUNNING,
+/// StartContainer refuses a second start and StopContainer really stops it.
+#[tokio::test]
+async fn a_start_the_database_missed_is_recovered_from_the_shim() {
+    let mut env = Env::with_image(49).await;
+    let config = env.pod_config("window", false);
+    let pod = env.run_pod(config.clone()).await;
+    let c = env
+        .rt()
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(env.container_config("worker", &["sleep", "1000"])),
+            sandbox_config: Some(config.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .container_id;
+
+    // The window: crius is gone and the shim starts the container.
+    env.crius.kill9().unwrap();
+    // The socket's full path is longer than a socket address holds: reach it through the
+    // shim directory's descriptor, as crius does.
+    let dir = std::fs::File::open(env.crius.state().join("shims").join(&pod)).unwrap();
+    let socket = format!(
+        "/proc/self/fd/{}/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&dir),
+        crius_api::shim::CONTROL_SOCKET
+    );
+    let shim = ShimClient::connect(&socket).await;
+    let pid = shim.unwrap().start(&c).await.unwrap() as u32;
+    assert!(alive(pid));
+    env.crius.restart().await.unwrap();
+
+    let s = env.status(&c).await;
+    assert_eq!(s.state, ContainerState::ContainerRunning as i32, "{s:?}");
+    assert!(s.started_at > 0, "{s:?}");
+    let again = env
+        .rt()
+        .start_container(StartContainerRequest {
+            container_id: c.clone(),
+        })
+        .await;
+    assert!(again.is_err(), "a running container started twice");
+    env.stop(&c, 2).await;
+    let s = env.status(&c).await;
+    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+    for _ in 0..50 {
+        if !alive(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !alive(pid),
+        "the container's process survived StopContainer"
+    );
+
+    env.remove(&c).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -62,7 +62,8 @@ max_container_log_line_size = 16384
 address = "127.0.0.1"
 # Port of the streaming server; 0 picks a free port at start.
 port = 0
-# Seconds a client may take to send its request line and headers; slower connections are closed.
+# Seconds a client may take to send a request's line and headers (also the longest idle wait
+# between requests); slower connections are closed.
 header_timeout_secs = 10
 # Connections that have not yet become an exec, attach or port-forward session, at most; more
 # are closed at once, so idle or slow clients cannot take crius's file descriptors.

@@ -87,6 +87,10 @@ async fn idle_and_slow_stream_clients_are_capped_and_timed_out() {
         conn.write_all(b"GET /exec/x HTTP/1.1\r\nHost: a\r\n")
             .unwrap();
     }
+    // One that completes a request (a 404) and then sits idle on keep-alive.
+    conns[1]
+        .write_all(b"GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let during = open_fds(pid);
     assert!(

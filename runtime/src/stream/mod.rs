@@ -101,8 +101,8 @@ impl StreamServer {
     /// Listen on `address:port` (port 0: a free one) and serve until [`StreamServer::stop`].
     /// Returns the address bound.
     ///
-    /// A connection must send its request within `header_timeout_secs`, serves one request
-    /// (no keep-alive: every URL is single-use) and counts against `max_pending_connections`
+    /// A connection must send each request's head within `header_timeout_secs` and counts
+    /// against `max_pending_connections`
     /// until it is upgraded to a session or closed; past the cap new connections are closed at
     /// once. Idle or slow clients thus hold a bounded number of descriptors for a bounded time,
     /// and cannot starve the CRI socket or an undo path of them.
@@ -164,7 +164,6 @@ impl StreamServer {
                     let conn = hyper::server::conn::http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(header_timeout)
-                        .keep_alive(false)
                         .serve_connection(TokioIo::new(tcp), service)
                         .with_upgrades();
                     if let Err(e) = conn.await {

@@ -70,6 +70,20 @@ pub fn check_name(field: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks strings that become a process's argv or environment: NUL cannot pass `execve`, and
+/// the kernel would refuse the process deep inside the runtime. `field` names the list.
+pub fn check_no_nul<'a>(
+    field: &str,
+    values: impl IntoIterator<Item = &'a str>,
+) -> Result<(), String> {
+    for (i, v) in values.into_iter().enumerate() {
+        if v.contains('\0') {
+            return Err(format!("{field}[{i}] {:?} contains a NUL byte", excerpt(v)));
+        }
+    }
+    Ok(())
+}
+
 /// How many bytes of a request's value an error message or log line quotes.
 pub const EXCERPT_BYTES: usize = 64;
 

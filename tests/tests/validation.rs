@@ -152,6 +152,34 @@ async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
             env.container_config("sleeper", &["sleep", "100"]),
         )
         .await;
+    // NUL cannot pass execve: refused at the door, for the container and for ExecSync.
+    let mut bad = env.container_config("nul", &["echo", "a\0b"]);
+    bad.envs = vec![KeyValue {
+        key: "GOOD".into(),
+        value: b"x\0y".to_vec().into(),
+    }];
+    assert_bounded(
+        env.rt()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(bad),
+                sandbox_config: Some(env.pod_config("real", false)),
+            })
+            .await,
+        Code::InvalidArgument,
+        &["config.command[1]", "NUL"],
+    );
+    assert_bounded(
+        env.rt()
+            .exec_sync(ExecSyncRequest {
+                container_id: c.clone(),
+                cmd: vec!["echo\0x".into()],
+                timeout: 5,
+            })
+            .await,
+        Code::InvalidArgument,
+        &["cmd[0]", "NUL"],
+    );
     assert_bounded(
         env.rt()
             .update_container_resources(UpdateContainerResourcesRequest {

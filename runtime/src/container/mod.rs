@@ -25,7 +25,7 @@ use crate::daemon::Daemon;
 use crate::error::{Error, Result};
 use crate::mounts;
 use crate::pod::{write_spec, SandboxState};
-use crate::util::{check_name, excerpt, new_id, now_nanos};
+use crate::util::{check_name, check_no_nul, excerpt, new_id, now_nanos};
 
 /// Where a container is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +136,22 @@ fn validate(config: &ContainerConfig) -> Result<()> {
         .map(|m| m.name.as_str())
         .unwrap_or("");
     check_name("config.metadata.name", name).map_err(Error::InvalidArgument)?;
+    check_no_nul("config.command", config.command.iter().map(String::as_str))
+        .and_then(|()| check_no_nul("config.args", config.args.iter().map(String::as_str)))
+        .and_then(|()| {
+            check_no_nul(
+                "config.envs.key",
+                config.envs.iter().map(|e| e.key.as_str()),
+            )
+        })
+        .and_then(|()| check_no_nul("config.working_dir", [config.working_dir.as_str()]))
+        .map_err(Error::InvalidArgument)?;
+    if let Some(i) = config.envs.iter().position(|e| e.value.contains(&0)) {
+        return Err(Error::InvalidArgument(format!(
+            "config.envs[{i}].value of {:?} contains a NUL byte",
+            excerpt(&config.envs[i].key)
+        )));
+    }
     if let Some(r) = config.linux.as_ref().and_then(|l| l.resources.as_ref()) {
         crate::cgroups::check_resources("config.linux.resources", r)?;
     }
@@ -658,6 +674,7 @@ impl Daemon {
         if cmd.first().is_none_or(|c| c.is_empty()) {
             return Err(Error::InvalidArgument("cmd is required".into()));
         }
+        check_no_nul("cmd", cmd.iter().map(String::as_str)).map_err(Error::InvalidArgument)?;
         let c = self.running_container(id)?;
         // A container removed while this call ran has no bundle any more: say NotFound.
         let spec = self

@@ -156,7 +156,7 @@ async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
     let mut bad = env.container_config("nul", &["echo", "a\0b"]);
     bad.envs = vec![KeyValue {
         key: "GOOD".into(),
-        value: b"x\0y".to_vec().into(),
+        value: b"x\0y".to_vec(),
     }];
     assert_bounded(
         env.rt()

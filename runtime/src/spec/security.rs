@@ -115,6 +115,26 @@ pub(crate) fn check_sysctls(
     let mut out = HashMap::with_capacity(sysctls.len());
     for (key, value) in sysctls {
         let name = key.replace('/', ".");
+        // A sysctl name becomes a path under /proc/sys: plain components only, so `..`, NUL or
+        // a stray separator never reach a path, and the value is one line.
+        let plain = |c: &str| {
+            !c.is_empty()
+                && c.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'@' | b':' | b'+')
+                })
+        };
+        if name.len() > 256 || !name.split('.').all(plain) {
+            return Err(SpecError::invalid(format!(
+                "sysctl {:?} is not a sysctl name",
+                crate::util::excerpt(key)
+            )));
+        }
+        if value.len() > 4096 || value.contains(['\0', '\n']) {
+            return Err(SpecError::invalid(format!(
+                "sysctl {key} value {:?} is not one line of at most 4096 bytes",
+                crate::util::excerpt(value)
+            )));
+        }
         let ipc = name.starts_with("kernel.shm")
             || name.starts_with("kernel.msg")
             || name == "kernel.sem"
@@ -292,6 +312,31 @@ mod tests {
         assert!(m.is_empty() && r.is_empty());
         let (m, r) = masked_and_readonly(&["/proc/foo".into()], &[], true, false);
         assert!(m.is_empty() && r.is_empty());
+    }
+
+    #[test]
+    fn sysctl_names_and_values_that_cannot_be_paths_are_refused() {
+        let scope = SysctlScope {
+            own_network: true,
+            own_ipc: true,
+            own_uts: true,
+        };
+        let one = |k: &str, v: &str| check_sysctls(&[(k.to_string(), v.to_string())].into(), scope);
+        assert!(one("net.ipv4.ip_forward", "1").is_ok());
+        assert!(one("net/ipv4/conf/eth0/forwarding", "1").is_ok());
+        for key in [
+            "net..ipv4",
+            "net.ipv4.ip_forward\0",
+            "net.ipv4.",
+            "net.a b",
+            &"net.x".repeat(100),
+        ] {
+            let err = one(key, "1").unwrap_err();
+            assert!(err.is_invalid_argument(), "{key:?}");
+            assert!(err.to_string().len() < 200, "{err}");
+        }
+        assert!(one("net.ipv4.ip_forward", "1\n2").is_err());
+        assert!(one("net.ipv4.ip_forward", "1\0").is_err());
     }
 
     #[test]

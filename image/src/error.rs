@@ -79,6 +79,13 @@ pub enum Error {
     #[error("unsupported media type {media_type:?} for {what}")]
     UnsupportedMediaType { media_type: String, what: String },
 
+    #[error("{what} lists {layers} layers; crius takes at most {max}")]
+    TooManyLayers {
+        what: String,
+        layers: usize,
+        max: usize,
+    },
+
     #[error("layer {digest} is non-distributable ({media_type}) and must be fetched from {urls:?}, which crius does not do")]
     NonDistributable {
         digest: Digest,
@@ -147,6 +154,7 @@ impl Error {
             Error::Stalled { .. } => K::DeadlineExceeded,
             Error::NoMatchingPlatform { .. }
             | Error::UnsupportedMediaType { .. }
+            | Error::TooManyLayers { .. }
             | Error::NonDistributable { .. } => K::FailedPrecondition,
             Error::Protocol { .. }
             | Error::Verification { .. }

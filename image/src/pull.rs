@@ -20,6 +20,10 @@ use crate::registry::{read_limited, Auth, Session};
 use crate::store::{id_hex, ImageStore, Inner};
 use crate::unpack::{unpack_layer, UnpackStats};
 
+/// The most layers an image may have: Docker's limit, and well within what one overlay mount
+/// of the layers can take.
+pub const MAX_LAYERS: usize = 127;
+
 const MAX_MANIFEST_BYTES: usize = 4 << 20;
 
 /// How to pull.
@@ -230,6 +234,15 @@ impl Inner {
             }
         };
         let manifest: Manifest = parse_json(&manifest_bytes, "manifest", &manifest_digest)?;
+        // Refused before any download: a manifest listing thousands of layers (or one layer
+        // thousands of times) would make as many snapshots and an overlay no kernel mounts.
+        if manifest.layers.len() > MAX_LAYERS {
+            return Err(Error::TooManyLayers {
+                what: format!("manifest of {what}"),
+                layers: manifest.layers.len(),
+                max: MAX_LAYERS,
+            });
+        }
         for layer in &manifest.layers {
             if manifest::layer_kind(&layer.media_type).is_none() {
                 return Err(Error::UnsupportedMediaType {

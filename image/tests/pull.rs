@@ -851,6 +851,58 @@ async fn non_distributable_layer_is_reported() {
     );
 }
 
+/// A manifest listing one layer thousands of times is refused before anything is fetched.
+#[tokio::test]
+async fn a_manifest_with_too_many_layers_is_refused_before_any_download() {
+    let layer = gzip(&tar(&[file("f", "x")]));
+    let layer_digest = sha256(&layer);
+    let layers: Vec<serde_json::Value> = (0..5000)
+        .map(|_| {
+            serde_json::json!({
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                "digest": layer_digest, "size": layer.len(),
+            })
+        })
+        .collect();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": sha256(b"{}"), "size": 2},
+        "layers": layers,
+    }))
+    .unwrap();
+    let blob_requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = std::sync::Arc::clone(&blob_requests);
+    let fake = FakeRegistry::start(move |_, path, _, _| {
+        if path.contains("/manifests/") {
+            Reply::ok(
+                manifest.clone(),
+                "application/vnd.oci.image.manifest.v1+json",
+            )
+        } else {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Reply::status(404)
+        }
+    })
+    .await;
+    let root = root();
+    let err = open(root.path(), None)
+        .pull(
+            &format!("{}/crius/layers:v1", fake.host()),
+            &Auth::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::FailedPrecondition, "{err}");
+    assert!(err.to_string().contains("5000 layers"), "{err}");
+    assert_eq!(
+        blob_requests.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "blobs fetched"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_registry() {
     let mut reg = Registry::start();

@@ -66,6 +66,16 @@ pub enum Error {
         secs: u64,
     },
 
+    #[error("response body stalled: no data for {secs} s")]
+    ResponseStalled { secs: u64 },
+
+    #[error("registry {registry}: {what} stalled: no data for {secs} s")]
+    ManifestStalled {
+        registry: String,
+        what: String,
+        secs: u64,
+    },
+
     #[error("blob {expected} failed verification: {reason}")]
     Verification { expected: Digest, reason: String },
 
@@ -151,7 +161,9 @@ impl Error {
                 400 => K::InvalidArgument,
                 _ => K::Internal,
             },
-            Error::Stalled { .. } => K::DeadlineExceeded,
+            Error::Stalled { .. }
+            | Error::ResponseStalled { .. }
+            | Error::ManifestStalled { .. } => K::DeadlineExceeded,
             Error::NoMatchingPlatform { .. }
             | Error::UnsupportedMediaType { .. }
             | Error::TooManyLayers { .. }

@@ -439,10 +439,18 @@ impl Inner {
             .map(str::to_string);
         let body = read_limited(resp, MAX_MANIFEST_BYTES, session.timeout)
             .await
-            .map_err(|e| Error::Protocol {
-                registry: host.authority.clone(),
-                what: label.clone(),
-                reason: e.to_string(),
+            .map_err(|e| match e {
+                // A stalled manifest is a deadline, like a stalled blob.
+                Error::ResponseStalled { secs } => Error::ManifestStalled {
+                    registry: host.authority.clone(),
+                    what: label.clone(),
+                    secs,
+                },
+                e => Error::Protocol {
+                    registry: host.authority.clone(),
+                    what: label.clone(),
+                    reason: e.to_string(),
+                },
             })?;
         let digest = Digest::of(&body);
         if let Some(expected) = expected {

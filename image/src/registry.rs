@@ -570,10 +570,9 @@ pub(crate) async fn read_limited(
     loop {
         let frame = match tokio::time::timeout(timeout, body.frame()).await {
             Err(_) => {
-                return Err(Error::Internal(format!(
-                    "response body stalled for {} s",
-                    timeout.as_secs()
-                )))
+                return Err(Error::ResponseStalled {
+                    secs: timeout.as_secs(),
+                })
             }
             Ok(None) => break,
             Ok(Some(Err(e))) => return Err(Error::Internal(format!("reading response: {e}"))),

@@ -851,6 +851,41 @@ async fn non_distributable_layer_is_reported() {
     );
 }
 
+/// A registry that stalls while sending a manifest: DeadlineExceeded, like a stalled blob.
+#[tokio::test]
+async fn stalled_manifest_is_deadline_exceeded() {
+    let fake = FakeRegistry::start(move |_, path, _, _| {
+        if path.contains("/manifests/") {
+            let mut r = Reply::ok(
+                br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#
+                    .to_vec(),
+                "application/vnd.oci.image.manifest.v1+json",
+            );
+            r.stall_after = Some(10);
+            r
+        } else {
+            Reply::status(404)
+        }
+    })
+    .await;
+    let root = root();
+    let store = ImageStore::open(StoreConfig {
+        root: root.path().to_path_buf(),
+        registry_config_dir: None,
+        no_progress_timeout: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .unwrap();
+    let started = std::time::Instant::now();
+    let err = store
+        .pull(&format!("{}/crius/stall:v1", fake.host()), &Auth::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DeadlineExceeded, "{err}");
+    assert!(err.to_string().contains("manifest"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
 /// A manifest listing one layer thousands of times is refused before anything is fetched.
 #[tokio::test]
 async fn a_manifest_with_too_many_layers_is_refused_before_any_download() {

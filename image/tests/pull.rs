@@ -544,6 +544,27 @@ async fn lease_keeps_snapshots_until_released() {
     store.release("crius-ctr-1").await.unwrap();
 }
 
+/// Pulls `crius/stall:v1` from `fake` into a store under `root` whose stall timeout is 1 s:
+/// the error and how long the pull took.
+async fn pull_with_1s_stall_timeout(
+    root: &Path,
+    fake: &FakeRegistry,
+) -> (crius_image::Error, Duration) {
+    let store = ImageStore::open(StoreConfig {
+        root: root.to_path_buf(),
+        registry_config_dir: None,
+        no_progress_timeout: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .unwrap();
+    let started = std::time::Instant::now();
+    let err = store
+        .pull(&format!("{}/crius/stall:v1", fake.host()), &Auth::default())
+        .await
+        .unwrap_err();
+    (err, started.elapsed())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_download_is_cancelled() {
     let config =
@@ -573,21 +594,10 @@ async fn stalled_download_is_cancelled() {
     })
     .await;
     let root = root();
-    let store = ImageStore::open(StoreConfig {
-        root: root.path().to_path_buf(),
-        registry_config_dir: None,
-        no_progress_timeout: Duration::from_secs(1),
-        ..Default::default()
-    })
-    .unwrap();
-    let started = std::time::Instant::now();
-    let err = store
-        .pull(&format!("{}/crius/stall:v1", fake.host()), &Auth::default())
-        .await
-        .unwrap_err();
+    let (err, took) = pull_with_1s_stall_timeout(root.path(), &fake).await;
     assert_eq!(err.kind(), ErrorKind::DeadlineExceeded, "{err}");
     assert!(err.to_string().contains("stalled"), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(took < Duration::from_secs(5));
     assert_no_temp_files(root.path());
 }
 
@@ -869,21 +879,10 @@ async fn stalled_manifest_is_deadline_exceeded() {
     })
     .await;
     let root = root();
-    let store = ImageStore::open(StoreConfig {
-        root: root.path().to_path_buf(),
-        registry_config_dir: None,
-        no_progress_timeout: Duration::from_secs(1),
-        ..Default::default()
-    })
-    .unwrap();
-    let started = std::time::Instant::now();
-    let err = store
-        .pull(&format!("{}/crius/stall:v1", fake.host()), &Auth::default())
-        .await
-        .unwrap_err();
+    let (err, took) = pull_with_1s_stall_timeout(root.path(), &fake).await;
     assert_eq!(err.kind(), ErrorKind::DeadlineExceeded, "{err}");
     assert!(err.to_string().contains("manifest"), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(took < Duration::from_secs(5));
 }
 
 /// A manifest listing one layer thousands of times is refused before anything is fetched.

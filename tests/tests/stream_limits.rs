@@ -59,17 +59,13 @@ async fn idle_and_slow_stream_clients_are_capped_and_timed_out() {
         )
         .await;
     let url = env
-        .rt()
-        .exec(ExecRequest {
+        .exec_url(ExecRequest {
             container_id: c.clone(),
             cmd: vec!["true".into()],
             stdout: true,
             ..Default::default()
         })
-        .await
-        .unwrap()
-        .into_inner()
-        .url;
+        .await;
     let addr = url
         .trim_start_matches("http://")
         .split('/')

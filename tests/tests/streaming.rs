@@ -22,15 +22,6 @@ const REMOTE_COMMAND: &[&str] = &[
 ];
 const SESSION_LIMIT: Duration = Duration::from_secs(20);
 
-async fn exec_url(env: &Env, req: ExecRequest) -> String {
-    env.rt()
-        .exec(req)
-        .await
-        .unwrap_or_else(|s| panic!("Exec: {s:?}"))
-        .into_inner()
-        .url
-}
-
 fn exec_req(id: &str, cmd: &[&str]) -> ExecRequest {
     ExecRequest {
         container_id: id.into(),
@@ -74,14 +65,12 @@ async fn exec_streams_output_stdin_and_exit_codes() {
     .await;
 
     // stdout and stderr apart, and a non-zero exit code in the v4 status.
-    let url = exec_url(
-        &env,
-        exec_req(
+    let url = env
+        .exec_url(exec_req(
             &c,
             &["sh", "-c", "echo out-1; echo err-1 >&2; echo out-2; exit 7"],
-        ),
-    )
-    .await;
+        ))
+        .await;
     let mut client = Client::connect(&url, REMOTE_COMMAND).await.unwrap();
     assert_eq!(client.protocol, "v4.channel.k8s.io");
     let s = client.open_command(false, true, true, false).await.unwrap();
@@ -98,7 +87,7 @@ async fn exec_streams_output_stdin_and_exit_codes() {
     let mut req = exec_req(&c, &["cat"]);
     req.stdin = true;
     req.stderr = false;
-    let url = exec_url(&env, req).await;
+    let url = env.exec_url(req).await;
     let mut client = Client::connect(&url, REMOTE_COMMAND).await.unwrap();
     let s = client.open_command(true, true, false, false).await.unwrap();
     let stdin = s.stdin.unwrap();
@@ -115,7 +104,7 @@ async fn exec_streams_output_stdin_and_exit_codes() {
     // half-close of stdin; pings answered.
     let mut req = exec_req(&c, &["sh", "-c", "cat; echo ws-err >&2; exit 5"]);
     req.stdin = true;
-    let url = exec_url(&env, req).await;
+    let url = env.exec_url(req).await;
     let mut ws = WsClient::connect(&url, REMOTE_COMMAND).await.unwrap();
     assert_eq!(ws.protocol, "v5.channel.k8s.io");
     ws.ping().await.unwrap();
@@ -131,7 +120,7 @@ async fn exec_streams_output_stdin_and_exit_codes() {
     assert!(ws.pongs >= 1);
 
     // A command that does not exist fails in the session, not in the RPC.
-    let url = exec_url(&env, exec_req(&c, &["no-such-command"])).await;
+    let url = env.exec_url(exec_req(&c, &["no-such-command"])).await;
     let mut client = Client::connect(&url, REMOTE_COMMAND).await.unwrap();
     let s = client.open_command(false, true, true, false).await.unwrap();
     let status = client.wait_status(&s, SESSION_LIMIT).await.unwrap();
@@ -171,7 +160,7 @@ async fn exec_streams_output_stdin_and_exit_codes() {
         let begin = Instant::now();
         let mut req = exec_req(&c, &["echo", "hi"]);
         req.stderr = false;
-        let url = exec_url(&env, req).await;
+        let url = env.exec_url(req).await;
         let mut client = Client::connect(&url, REMOTE_COMMAND).await.unwrap();
         let s = client
             .open_command(false, true, false, false)
@@ -217,18 +206,16 @@ async fn exec_with_a_tty_runs_on_a_terminal_that_resizes() {
         env.container_config("box", &["sleep", "1000"])
     })
     .await;
-    let url = exec_url(
-        &env,
-        ExecRequest {
+    let url = env
+        .exec_url(ExecRequest {
             container_id: c.clone(),
             cmd: vec!["sh".into()],
             tty: true,
             stdin: true,
             stdout: true,
             ..Default::default()
-        },
-    )
-    .await;
+        })
+        .await;
     let mut client = Client::connect(&url, REMOTE_COMMAND).await.unwrap();
     let s = client.open_command(true, true, false, true).await.unwrap();
     assert!(s.stderr.is_none());

@@ -171,6 +171,16 @@ impl Env {
         self.crius.runtime()
     }
 
+    /// The URL an Exec RPC answers for `req` (the call must succeed).
+    pub async fn exec_url(&self, req: ExecRequest) -> String {
+        self.rt()
+            .exec(req)
+            .await
+            .unwrap_or_else(|s| panic!("Exec: {s:?}"))
+            .into_inner()
+            .url
+    }
+
     /// The prefix of this test's subnet, `10.88.<n>.`.
     pub fn subnet_prefix(&self) -> String {
         format!("10.88.{}.", self.n)

@@ -9,8 +9,10 @@ CARGO ?= cargo
 #  iptables, iproute2: used by the bridge and portmap plugins and by the tests
 #  docker-registry, busybox-static, apache2-utils, openssl: the local registry, test images,
 #  htpasswd, test TLS certificates
+#  python3-venv: the Python gRPC client of the tests (.ci/install-python-deps)
 RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables iproute2
-TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd
+TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd \
+                 python3-venv
 
 .PHONY: run test build build-release deps-run deps-test check-rust lint
 
@@ -37,6 +39,7 @@ deps-run:
 
 deps-test:
 	@./.ci/install-deps $(TEST_PACKAGES)
+	@./.ci/install-python-deps
 
 check-rust:
 	@command -v $(CARGO) >/dev/null 2>&1 || { \

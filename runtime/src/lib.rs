@@ -1,6 +1,7 @@
 //! crius: a Kubernetes CRI runtime. This crate is the daemon: configuration, the database, the
 //! gRPC services and the pod and container lifecycle. See DESIGN.md for the map.
 
+pub mod authority;
 pub mod cgroups;
 pub mod config;
 pub mod container;

@@ -14,7 +14,9 @@ use crius_api::v1::runtime_service_server::RuntimeServiceServer;
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::StreamExt as _;
 
+use crate::authority::AuthorityFix;
 use crate::daemon::Daemon;
 use crate::service::CriService;
 
@@ -125,10 +127,13 @@ pub async fn serve(
         path,
         _lock,
     } = socket;
+    // Every client's header blocks go through the authority fix: a socket path as `:authority`
+    // would otherwise reset every call (authority.rs).
+    let incoming = UnixListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new));
     let server = tonic::transport::Server::builder()
         .add_service(runtime)
         .add_service(images)
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+        .serve_with_incoming_shutdown(incoming, async {
             stop_rx.await.ok();
         });
     tokio::pin!(server);

@@ -35,6 +35,9 @@ pub struct IdMaps {
     pub gids: Vec<LinuxIdMapping>,
 }
 
+/// The operation of a [`UsernsError`] when mount_setattr refused to idmap a mount.
+const IDMAP_OP: &str = "idmap the mount of";
+
 #[derive(Debug, thiserror::Error)]
 pub enum UsernsError {
     #[error("{op} {}", path.display())]
@@ -49,6 +52,20 @@ pub enum UsernsError {
 }
 
 impl UsernsError {
+    /// The path whose filesystem refused to be idmapped (mount_setattr's `EINVAL` for a
+    /// filesystem without idmapped mount support, such as ramfs or an old kernel's tmpfs).
+    pub fn idmap_unsupported(&self) -> Option<&Path> {
+        match self {
+            UsernsError::Io { op, path, source }
+                if *op == IDMAP_OP
+                    && matches!(source.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) =>
+            {
+                Some(path)
+            }
+            _ => None,
+        }
+    }
+
     /// Whether the kernel refused the id mapping (`EINVAL`/`EPERM` writing a map file).
     pub fn refused_mapping(&self) -> bool {
         matches!(self, UsernsError::Io { op: "write", path, source }
@@ -369,9 +386,7 @@ pub fn idmapped_bind(
         )
     };
     if rc < 0 {
-        return Err(io_err("idmap the mount of", source)(
-            io::Error::last_os_error(),
-        ));
+        return Err(io_err(IDMAP_OP, source)(io::Error::last_os_error()));
     }
     // SAFETY: move_mount of our detached tree onto a valid NUL-terminated target path.
     let rc = unsafe {

@@ -48,8 +48,17 @@ fn mkdir(path: &Path) -> Result<()> {
     std::fs::create_dir_all(path).map_err(|e| internal("create", path, e))
 }
 
+/// A failed idmapped mount: FailedPrecondition naming the path when its filesystem cannot be
+/// idmapped (the node's setup, not a fault of crius), Internal otherwise.
 fn userns_err(e: userns::UsernsError) -> Error {
-    Error::internal("idmapped mount", e)
+    match e.idmap_unsupported() {
+        Some(path) => Error::FailedPrecondition(format!(
+            "{} is on a filesystem that does not support idmapped mounts, which a \
+             user-namespaced pod needs to see it with the pod's ids",
+            path.display()
+        )),
+        None => Error::internal("idmapped mount", e),
+    }
 }
 
 /// Idmapped binds of `lowerdirs` at `<staging>/<prefix>-<n>`, in order.
@@ -249,7 +258,12 @@ impl Daemon {
                     own.as_fd()
                 }
             };
-            userns::idmapped_bind(source, &target, fd, true).map_err(userns_err)?;
+            userns::idmapped_bind(source, &target, fd, true).map_err(|e| match userns_err(e) {
+                Error::FailedPrecondition(why) => {
+                    Error::FailedPrecondition(format!("mount {}: {why}", m.container_path))
+                }
+                other => other,
+            })?;
             m.host_path = target.to_string_lossy().into_owned();
             m.uid_mappings.clear();
             m.gid_mappings.clear();

@@ -56,6 +56,9 @@ shm_size = 67108864
 # Longest container log line in bytes (containerd's name); longer output is split into partial
 # (P) lines of this size. 1 to 16777216.
 max_container_log_line_size = 16384
+# Volumes an image declares (VOLUME in its config) get no directory of their own and stay part
+# of the container's rootfs (containerd's name).
+ignore_image_defined_volumes = false
 
 [stream]
 # Address the streaming server for exec, attach and port-forward listens on.
@@ -91,6 +94,7 @@ pub struct RuntimeConfig {
     pub shim_path: PathBuf,
     pub shm_size: u64,
     pub max_container_log_line_size: u64,
+    pub ignore_image_defined_volumes: bool,
 }
 
 /// The largest `[runtime] max_container_log_line_size`: a shim holds up to one such line per
@@ -103,6 +107,7 @@ impl Default for RuntimeConfig {
             shim_path: PathBuf::new(),
             shm_size: 64 << 20,
             max_container_log_line_size: 16 * 1024,
+            ignore_image_defined_volumes: false,
         }
     }
 }

@@ -207,6 +207,28 @@ pub fn kernel_at_least(major: u32, minor: u32) -> bool {
 /// symlinks as if `root` were `/` (openat2's `RESOLVE_IN_ROOT`): an image's symlink cannot
 /// lead out of the container's rootfs.
 fn open_dir_in_root(root: &std::fs::File, path: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    openat2_in_root(
+        root,
+        path,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+    )
+}
+
+/// Opens `path` with open(2) `flags` below the directory `root`, which stands for `/` while
+/// `..` and symlinks are resolved (openat2's `RESOLVE_IN_ROOT`).
+pub fn open_in_root(
+    root: &Path,
+    path: &Path,
+    flags: libc::c_int,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    openat2_in_root(&std::fs::File::open(root)?, path, flags)
+}
+
+fn openat2_in_root(
+    root: &std::fs::File,
+    path: &Path,
+    flags: libc::c_int,
+) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::ffi::OsStrExt;
     let rel = if path.as_os_str().is_empty() {
@@ -217,7 +239,7 @@ fn open_dir_in_root(root: &std::fs::File, path: &Path) -> std::io::Result<std::o
     .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: open_how is plain data; all-zero is its "no flags" value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    how.flags = flags as u64;
     how.resolve = libc::RESOLVE_IN_ROOT;
     // SAFETY: openat2 reads the NUL-terminated path and the open_how we own, of the size we
     // pass; the descriptor it returns is ours.

@@ -110,6 +110,25 @@ pub mod multi_layer {
     pub const REPLACED_CONTENT: &str = "lower content of replace-me\n";
 }
 
+/// What [`TestImage::Volumes`] declares and holds.
+///
+/// Its config declares [`DECLARED`] as `Volumes`; its top layer has `/data` (mode 0750, owned by
+/// [`USER_UID`]:[`USER_GID`]) with a file, a subdirectory and a relative symlink, and
+/// `/not-a-dir` as a plain file. `/empty` is declared but absent from the layers.
+pub mod volumes {
+    /// The `Volumes` keys of the image config (as an image might write them).
+    pub const DECLARED: &[&str] = &["/data", "/empty/", "/covered", "/not-a-dir"];
+    /// `(path, content)` of the files under `/data`.
+    pub const FILES: &[(&str, &str)] = &[
+        ("/data/seed", "seeded by the image\n"),
+        ("/data/sub/deep", "deep in the image\n"),
+    ];
+    /// `(link, target)` under `/data`.
+    pub const LINK: (&str, &str) = ("/data/link", "seed");
+    /// Mode of `/data`.
+    pub const DATA_MODE: u32 = 0o750;
+}
+
 /// The single-manifest test images.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TestImage {
@@ -121,6 +140,8 @@ pub enum TestImage {
     MultiLayer,
     /// busybox with `User: "1000:1000"` and `Cmd: ["id"]`.
     User,
+    /// busybox with declared `Volumes` and content at some of them: see [`volumes`].
+    Volumes,
 }
 
 impl TestImage {
@@ -131,6 +152,7 @@ impl TestImage {
             TestImage::BusyboxDocker => "crius-test/busybox-docker",
             TestImage::MultiLayer => "crius-test/multi-layer",
             TestImage::User => "crius-test/user",
+            TestImage::Volumes => "crius-test/volumes",
         }
     }
 }
@@ -248,6 +270,16 @@ pub fn push_as(
             config["User"] = json!(USER_IMAGE_USER);
             config["Cmd"] = json!(USER_IMAGE_CMD);
             (Format::Oci, assemble(config, vec![base], host_arch()))
+        }
+        TestImage::Volumes => {
+            let mut config = busybox_config();
+            config["Volumes"] = volumes::DECLARED
+                .iter()
+                .map(|v| (v.to_string(), json!({})))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+            let layers = vec![base, Arc::new(volumes_layer()?)];
+            (Format::Oci, assemble(config, layers, host_arch()))
         }
     };
     push_built(registry, repository, Some(tag), &built, format)
@@ -523,6 +555,23 @@ fn multi_layer_upper() -> Result<Layer> {
     tar.dir("/data/opaque", 0o755)?;
     tar.opaque("/data/opaque")?;
     tar.file("/data/opaque/new", 0o644, b"new in the opaque dir\n")?;
+    tar.finish()
+}
+
+fn volumes_layer() -> Result<Layer> {
+    let mut tar = LayerTar::new();
+    tar.dir_owned(
+        "/data",
+        volumes::DATA_MODE,
+        u64::from(USER_UID),
+        u64::from(USER_GID),
+    )?;
+    tar.dir("/data/sub", 0o755)?;
+    for (path, content) in volumes::FILES {
+        tar.file(path, 0o644, content.as_bytes())?;
+    }
+    tar.symlink(volumes::LINK.0, volumes::LINK.1)?;
+    tar.file("/not-a-dir", 0o644, b"a file where a volume is declared\n")?;
     tar.finish()
 }
 

@@ -369,3 +369,105 @@ async fn image_volumes() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+/// In a user-namespaced pod: an image volume (`Mount.image`) is the image's files owned by the
+/// pod's root, and an image-declared volume keeps the image's owners as the pod sees them.
+#[tokio::test]
+async fn volumes_from_images_in_a_user_namespaced_pod() {
+    let mut env = Env::with_image(8).await;
+    let declared = images::push(&env.registry, TestImage::Volumes).unwrap();
+    env.pull(&declared.reference).await;
+    let mut config = env.pod_config("userns-imgvol", false);
+    namespace_options(&mut config).userns_options = Some(userns(HOST_BASE));
+    let pod = env.run_pod(config.clone()).await;
+
+    let mut c = env.container_config("app", &["sleep", "3600"]);
+    c.image.as_mut().unwrap().image = declared.reference.clone();
+    container_userns(&mut c, userns(HOST_BASE));
+    c.mounts = vec![Mount {
+        container_path: "/busybox".into(),
+        image: Some(ImageSpec {
+            image: env.image.clone(),
+            ..Default::default()
+        }),
+        readonly: true,
+        ..Default::default()
+    }];
+    let id = env.create_start(&pod, &config, c).await;
+    assert_eq!(
+        sh(&env, &id, "stat -c %u:%g /busybox/bin/busybox").await,
+        "0:0"
+    );
+    assert_eq!(
+        sh(&env, &id, "stat -c '%u:%g %a' /data /empty").await,
+        format!(
+            "{}:{} {:o}\n0:0 755",
+            images::USER_UID,
+            images::USER_GID,
+            images::volumes::DATA_MODE
+        )
+    );
+    assert_eq!(
+        sh(&env, &id, "echo mine > /data/new && stat -c %u /data/new").await,
+        "0"
+    );
+
+    // A volume on a filesystem that cannot be idmapped (ramfs) is refused, naming it.
+    let ramfs = RamfsDir::new();
+    let mut c = env.container_config("on-ramfs", &["true"]);
+    container_userns(&mut c, userns(HOST_BASE));
+    c.mounts = vec![Mount {
+        container_path: "/ram".into(),
+        host_path: ramfs.dir.path().display().to_string(),
+        uid_mappings: mapping(HOST_BASE),
+        gid_mappings: mapping(HOST_BASE),
+        ..Default::default()
+    }];
+    let got = env
+        .rt()
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(c),
+            sandbox_config: Some(config.clone()),
+        })
+        .await;
+    let path = ramfs.dir.path().display().to_string();
+    assert_status(
+        got,
+        Code::FailedPrecondition,
+        &["mount /ram", &path, "idmapped"],
+    );
+    drop(ramfs);
+
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+/// A ramfs mounted on a test directory (ramfs supports no idmapped mounts), unmounted on drop.
+struct RamfsDir {
+    dir: TestDir,
+}
+
+impl RamfsDir {
+    fn new() -> RamfsDir {
+        let dir = TestDir::new("userns-ramfs").unwrap();
+        nix::mount::mount(
+            Some("ramfs"),
+            dir.path(),
+            Some("ramfs"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .unwrap();
+        RamfsDir { dir }
+    }
+}
+
+impl Drop for RamfsDir {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}

@@ -6,6 +6,7 @@
 //! shim. As for pods, one idempotent teardown undoes a failed create, serves
 //! `RemoveContainer` and cleans up after a crius killed mid-way.
 
+mod image_volumes;
 mod update;
 mod volumes;
 
@@ -309,7 +310,31 @@ impl Daemon {
             pod_paths.dir.join("resolv.conf"),
             pod_paths.dir.join("hostname"),
         );
-        let staged_config = self.stage_volumes(&id, config, &staging, userns.as_ref())?;
+        // The image's own VOLUMEs, as containerd gives them, unless the node turned them off.
+        let with_image_volumes;
+        let mount_config = match image_volumes::declared(&image_config) {
+            declared if declared.is_empty() || self.config.runtime.ignore_image_defined_volumes => {
+                config
+            }
+            declared => {
+                let owner = userns
+                    .as_ref()
+                    .and_then(|u| u.maps.host_root())
+                    .unwrap_or((0, 0));
+                let extra = image_volumes::stage(
+                    &declared,
+                    config,
+                    &paths.rootfs,
+                    &paths.layer.join("volumes"),
+                    owner,
+                )?;
+                let mut c = config.clone();
+                c.mounts.extend(extra);
+                with_image_volumes = c;
+                &with_image_volumes
+            }
+        };
+        let staged_config = self.stage_volumes(&id, mount_config, &staging, userns.as_ref())?;
         let spec = crate::spec::container_spec(&crate::spec::ContainerSpecInput {
             container_id: &id,
             sandbox_id: &pod.id,

@@ -766,6 +766,39 @@ async fn long_and_unterminated_log_lines() {
     env.assert_no_leaks().await;
 }
 
+/// `[runtime] max_container_log_line_size` reaches the shims: lines are cut at the configured
+/// size, not at the 16 KiB default.
+#[tokio::test]
+async fn configured_max_log_line_size() {
+    let mut env = Env::with_config(32, "[runtime]\nmax_container_log_line_size = 100\n").await;
+    let pushed = env.pushed.clone();
+    env.pull(&pushed.reference).await;
+    let pod_config = env.pod_config("short-lines", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let cmd = "head -c 250 /dev/zero | tr '\\0' b; echo";
+    let c = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("short", &["sh", "-c", cmd]),
+        )
+        .await;
+    assert_eq!(env.wait_exited(&c, EXIT_LIMIT).await.exit_code, 0);
+    let log = env.log_dir("short-lines").join("short.log");
+    let lines = env
+        .wait_log(&log, Duration::from_secs(10), |l| {
+            l.iter().any(|l| l.tag == "F")
+        })
+        .await;
+    let shape: Vec<(usize, &str)> = lines
+        .iter()
+        .map(|l| (l.text.len(), l.tag.as_str()))
+        .collect();
+    assert_eq!(shape, [(100, "P"), (100, "P"), (50, "F")]);
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_stop_and_remove() {
     let mut env = Env::with_image(30).await;

@@ -118,6 +118,13 @@ impl From<crius_api::shim::ClientError> for Error {
                 K::AlreadyExists => Error::AlreadyExists(msg),
                 K::FailedPrecondition => Error::FailedPrecondition(msg),
                 K::DeadlineExceeded => Error::DeadlineExceeded(msg),
+                // The checks at the door catch unknown sysctls and words for numbers; a value
+                // out of the kernel's range is only found when the container's init writes it.
+                K::Internal if s.message.contains("failed to set sysctl") => {
+                    Error::InvalidArgument(format!(
+                        "sysctls: the kernel refused a value (out of its range?): {msg}"
+                    ))
+                }
                 K::UnsupportedVersion | K::Internal => Error::internal("shim", e),
             },
             C::Timeout { .. } => Error::DeadlineExceeded(msg),

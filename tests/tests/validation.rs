@@ -169,6 +169,43 @@ async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
         Code::InvalidArgument,
         &["config.command[1]", "NUL"],
     );
+    // Mount paths: no NUL, and nothing over /proc but the files lxcfs-like tools replace.
+    for (container_path, host_path, needles) in [
+        (
+            "/data\0x",
+            "/tmp",
+            &["config.mounts[0].container_path", "NUL"][..],
+        ),
+        ("/data", "/tmp\0x", &["config.mounts[0].host_path", "NUL"]),
+        (
+            "/proc/sys",
+            "/tmp",
+            &["config.mounts[0].container_path", "/proc"],
+        ),
+        (
+            "/proc",
+            "/tmp",
+            &["config.mounts[0].container_path", "/proc"],
+        ),
+    ] {
+        let mut bad = env.container_config("bad-mount", &["true"]);
+        bad.mounts = vec![Mount {
+            container_path: container_path.into(),
+            host_path: host_path.into(),
+            ..Default::default()
+        }];
+        assert_bounded(
+            env.rt()
+                .create_container(CreateContainerRequest {
+                    pod_sandbox_id: pod.clone(),
+                    config: Some(bad),
+                    sandbox_config: Some(env.pod_config("real", false)),
+                })
+                .await,
+            Code::InvalidArgument,
+            needles,
+        );
+    }
     assert_bounded(
         env.rt()
             .exec_sync(ExecSyncRequest {
@@ -197,5 +234,44 @@ async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
     env.stop(&c, 0).await;
     env.remove(&c).await;
     env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+/// Sysctls the kernel would refuse when the pod starts are refused at the door (unknown names,
+/// words for numbers) or, for a value out of the kernel's range, InvalidArgument naming the
+/// sysctls once the kernel said no, with nothing of the pod left behind.
+#[tokio::test]
+async fn sysctls_the_kernel_would_refuse() {
+    let env = Env::new(95).await;
+    for (key, value, needles) in [
+        (
+            "kernel.shm_nosuch",
+            "1",
+            &["kernel.shm_nosuch", "not a sysctl of this node's kernel"][..],
+        ),
+        (
+            "kernel.shmmax",
+            "banana",
+            &["kernel.shmmax", "takes numbers", "banana"],
+        ),
+        (
+            "kernel.shm_rmid_forced",
+            "7",
+            &["sysctls", "the kernel refused"],
+        ),
+    ] {
+        let mut config = env.pod_config("sysctl", false);
+        config.linux.as_mut().unwrap().sysctls = [(key.to_string(), value.to_string())].into();
+        let got = env
+            .rt()
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await;
+        assert_bounded(got, Code::InvalidArgument, needles);
+        let pods = env.list_pods(PodSandboxFilter::default()).await;
+        assert!(pods.is_empty(), "{key}={value} left {pods:?}");
+    }
     env.assert_no_leaks().await;
 }

@@ -156,6 +156,9 @@ fn validate(config: &ContainerConfig) -> Result<()> {
     if let Some(r) = config.linux.as_ref().and_then(|l| l.resources.as_ref()) {
         crate::cgroups::check_resources("config.linux.resources", r)?;
     }
+    for (i, m) in config.mounts.iter().enumerate() {
+        check_mount_paths(i, m)?;
+    }
     let image = config
         .image
         .as_ref()
@@ -170,6 +173,54 @@ fn validate(config: &ContainerConfig) -> Result<()> {
         return Err(Error::InvalidArgument(format!(
             "config.log_path {:?} must be relative to the pod's log_directory",
             config.log_path
+        )));
+    }
+    Ok(())
+}
+
+/// Longest path a mount may name (PATH_MAX).
+const MAX_PATH_BYTES: usize = 4096;
+
+/// What below `/proc` a CRI mount may cover: the files lxcfs-style tools replace with views of
+/// the container's own limits (runc allows the same). Anything else there would hide or fake
+/// the kernel's view of the container.
+const PROC_MOUNTS_ALLOWED: &[&str] = &[
+    "/proc/cpuinfo",
+    "/proc/diskstats",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/swaps",
+    "/proc/uptime",
+    "/proc/loadavg",
+    "/proc/slabinfo",
+    "/proc/net/dev",
+    "/proc/sys/kernel/ns_last_pid",
+];
+
+/// The paths of `config.mounts[i]`: no NUL, at most PATH_MAX, and no mount over `/proc` but
+/// the files [`PROC_MOUNTS_ALLOWED`] names.
+fn check_mount_paths(i: usize, m: &crius_api::v1::Mount) -> Result<()> {
+    for (field, value) in [
+        ("container_path", &m.container_path),
+        ("host_path", &m.host_path),
+    ] {
+        if value.contains('\0') || value.len() > MAX_PATH_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "config.mounts[{i}].{field} {:?} is not a path (NUL, or longer than {MAX_PATH_BYTES} bytes)",
+                excerpt(value)
+            )));
+        }
+    }
+    let dest = Path::new(&m.container_path);
+    let clean: PathBuf = dest
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect();
+    if clean.starts_with("/proc") && !PROC_MOUNTS_ALLOWED.iter().any(|p| clean == Path::new(p)) {
+        return Err(Error::InvalidArgument(format!(
+            "config.mounts[{i}].container_path {:?}: nothing may be mounted over /proc but {}",
+            excerpt(&m.container_path),
+            PROC_MOUNTS_ALLOWED.join(", ")
         )));
     }
     Ok(())

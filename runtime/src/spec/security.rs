@@ -162,9 +162,56 @@ pub(crate) fn check_sysctls(
                 "sysctl {key} is not namespaced"
             )));
         }
+        check_known(Path::new(PROC_SYS), key, &name, value)?;
         out.insert(name, value.clone());
     }
     Ok(out)
+}
+
+/// The node's sysctls: the namespaced ones have the same names and kinds of value in every
+/// namespace.
+const PROC_SYS: &str = "/proc/sys";
+
+/// Refuses a sysctl this kernel does not have, and a value that is not numbers where the node's
+/// own value is: the kernel would refuse both when the container starts, with an error that
+/// names neither. Per-device network sysctls (`net.ipv4.conf.eth0.*`) name the pod's devices,
+/// not the node's, and are left to the kernel.
+fn check_known(proc_sys: &Path, key: &str, name: &str, value: &str) -> Result<()> {
+    let parts: Vec<&str> = name.split('.').collect();
+    if parts.len() > 3
+        && parts[0] == "net"
+        && matches!(parts[1], "ipv4" | "ipv6")
+        && matches!(parts[2], "conf" | "neigh")
+    {
+        return Ok(());
+    }
+    let path = parts.iter().fold(proc_sys.to_path_buf(), |p, c| p.join(c));
+    let current = match std::fs::read_to_string(&path) {
+        Ok(current) => current,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound || path.is_dir() => {
+            return Err(SpecError::invalid(format!(
+                "sysctl {key} is not a sysctl of this node's kernel"
+            )))
+        }
+        // Write-only or unreadable here: the kernel judges the value.
+        Err(_) => return Ok(()),
+    };
+    let numbers = |s: &str| {
+        let mut words = s.split_whitespace().peekable();
+        let number = |w: &str| {
+            let digits = w.strip_prefix('-').unwrap_or(w);
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        };
+        words.peek().is_some() && words.all(number)
+    };
+    if numbers(&current) && !numbers(value) {
+        return Err(SpecError::invalid(format!(
+            "sysctl {key} takes numbers (this node has {:?}), not {:?}",
+            crate::util::excerpt(current.trim()),
+            crate::util::excerpt(value)
+        )));
+    }
+    Ok(())
 }
 
 /// Whether the kernel has AppArmor / SELinux enabled.
@@ -337,6 +384,37 @@ mod tests {
         }
         assert!(one("net.ipv4.ip_forward", "1\n2").is_err());
         assert!(one("net.ipv4.ip_forward", "1\0").is_err());
+    }
+
+    #[test]
+    fn unknown_sysctls_and_words_for_numbers_are_refused() {
+        let sys = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(sys.path().join("kernel")).unwrap();
+        std::fs::write(sys.path().join("kernel/shmmax"), "18446744073692774399\n").unwrap();
+        std::fs::write(
+            sys.path().join("kernel/sem"),
+            "32000\t1024000000\t500\t32000\n",
+        )
+        .unwrap();
+        std::fs::write(sys.path().join("kernel/hostname"), "node-1\n").unwrap();
+        let check = |name: &str, value: &str| check_known(sys.path(), name, name, value);
+        assert!(check("kernel.sem", "1 2 3 4").is_ok());
+        assert!(check("kernel.hostname", "pod").is_ok());
+        // u64 values beyond i64 are numbers too: only words are refused here
+        assert!(check("kernel.shmmax", "-5").is_ok());
+        let err = check("kernel.shmmax", "banana").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "sysctl kernel.shmmax takes numbers (this node has \"18446744073692774399\"), not \"banana\""
+        );
+        let err = check("kernel.shm_nosuch", "1").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "sysctl kernel.shm_nosuch is not a sysctl of this node's kernel"
+        );
+        assert!(check("kernel", "1").is_err(), "a directory is no sysctl");
+        // the pod's devices are not the node's
+        assert!(check("net.ipv4.conf.eth0.forwarding", "1").is_ok());
     }
 
     #[test]

@@ -650,6 +650,7 @@ impl Shim {
                     c.waiters.retain(|t| *t != token);
                     c.detach(token);
                 }
+                self.abandon_execs(token);
             }
         }
     }
@@ -1938,6 +1939,23 @@ impl Shim {
             stderr_truncated: errs.truncated,
         };
         self.complete(job.token, Response::Ok(Reply::Exec(outcome)));
+    }
+
+    /// Kills the processes of the exec_sync calls whose requester went away (its client
+    /// cancelled or its deadline passed): nobody will read their output. Streaming execs belong
+    /// to crius's stream once handed over and are left alone.
+    fn abandon_execs(&mut self, token: Token) {
+        for job in self.execs.values_mut() {
+            if job.token != token || job.streaming || job.timed_out || job.status.is_some() {
+                continue;
+            }
+            // Marked like a timeout: a pid not known yet is killed when the helper reports it.
+            job.timed_out = true;
+            if let Some(pid) = job.pid {
+                // SAFETY: kill(2) of our unreaped child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
     }
 
     fn check_timers(&mut self) {

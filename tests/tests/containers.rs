@@ -766,6 +766,90 @@ async fn long_and_unterminated_log_lines() {
     env.assert_no_leaks().await;
 }
 
+/// Host pids of the pod's processes whose command line contains `needle`.
+fn pod_processes_running(pod: &str, needle: &str) -> Vec<i32> {
+    common::processes_of_pod(pod)
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains(needle)
+                && common::alive(*pid)
+        })
+        .collect()
+}
+
+/// An ExecSync whose client gives up (its deadline passes, or it cancels) kills its process,
+/// as containerd does: a probe that timed out leaves nothing running.
+#[tokio::test]
+async fn exec_sync_ends_with_its_client() {
+    let mut env = Env::with_image(33).await;
+    let pod_config = env.pod_config("exec-cancel", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let c = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("sleeper", &["sleep", "3600"]),
+        )
+        .await;
+
+    // The client's deadline passes: DeadlineExceeded, and the command is gone.
+    let mut req = tonic::Request::new(ExecSyncRequest {
+        container_id: c.clone(),
+        cmd: vec!["sleep".into(), "1001".into()],
+        timeout: 0,
+    });
+    req.set_timeout(Duration::from_millis(700));
+    let got = env.rt().exec_sync(req).await;
+    assert_status(got, Code::DeadlineExceeded, &["ExecSync", "killed"]);
+    wait_for(
+        "the sleep 1001 of a timed-out ExecSync to end",
+        EXIT_LIMIT,
+        || {
+            let left = pod_processes_running(&pod, "sleep 1001");
+            async move { left.is_empty().then_some(()) }
+        },
+    )
+    .await;
+
+    // The client cancels (drops the call): the command is gone too.
+    let mut rt = env.rt();
+    let call = tokio::spawn(async move {
+        rt.exec_sync(ExecSyncRequest {
+            container_id: c.clone(),
+            cmd: vec!["sleep".into(), "1002".into()],
+            timeout: 0,
+        })
+        .await
+    });
+    wait_for("the sleep 1002 of an ExecSync to start", EXIT_LIMIT, || {
+        let running = pod_processes_running(&pod, "sleep 1002");
+        async move { (!running.is_empty()).then_some(()) }
+    })
+    .await;
+    call.abort();
+    wait_for(
+        "the sleep 1002 of a cancelled ExecSync to end",
+        EXIT_LIMIT,
+        || {
+            let left = pod_processes_running(&pod, "sleep 1002");
+            async move { left.is_empty().then_some(()) }
+        },
+    )
+    .await;
+
+    // The container itself runs on, and a later ExecSync works.
+    let c = env.list_containers(ContainerFilter::default()).await[0]
+        .id
+        .clone();
+    let out = env.exec(&c, &["echo", "still here"], 10).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "still here\n");
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
 /// `[runtime] max_container_log_line_size` reaches the shims: lines are cut at the configured
 /// size, not at the 16 KiB default.
 #[tokio::test]

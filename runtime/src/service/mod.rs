@@ -84,16 +84,26 @@ where
     let ids = request.ids();
     let span = tracing::info_span!("rpc", method, id = %ids);
     let start = Instant::now();
-    let mut task = tokio::spawn(handler(request).instrument(span.clone()));
+    let task = tokio::spawn(handler(request).instrument(span.clone()));
+    let mut task = AbortOnDrop {
+        task,
+        abort: ends_with_its_client(method),
+    };
     let joined = match deadline {
-        Some(limit) => match tokio::time::timeout(limit, &mut task).await {
+        Some(limit) => match tokio::time::timeout(limit, &mut task.task).await {
             Ok(joined) => joined,
+            Err(_) if task.abort => {
+                task.task.abort();
+                Ok(Err(Error::DeadlineExceeded(format!(
+                    "{method}: the client's deadline of {limit:?} passed; the command was killed"
+                ))))
+            }
             Err(_) => Ok(Err(Error::DeadlineExceeded(format!(
                 "{method}: the client's deadline of {limit:?} passed; the operation goes on \
                  and completes or undoes itself"
             )))),
         },
-        None => task.await,
+        None => (&mut task.task).await,
     };
     let result = joined.unwrap_or_else(|e| Err(Error::internal(format!("{method} handler"), e)));
     let _enter = span.enter();
@@ -119,6 +129,29 @@ where
                 _ => tracing::warn!(elapsed_ms, code = ?status.code(), "{}", status.message()),
             }
             Err(status)
+        }
+    }
+}
+
+/// Whether `method` ends when its client goes away or its deadline passes. ExecSync does
+/// (as with containerd): its process is killed, since nobody will read its output, and a probe
+/// that timed out would otherwise leave one process behind per period. Calls that change state
+/// always run to the end or undo themselves.
+fn ends_with_its_client(method: &str) -> bool {
+    method == "ExecSync"
+}
+
+/// A handler's task, aborted when the RPC's future is dropped (the client cancelled) if
+/// `abort` says the method ends with its client.
+struct AbortOnDrop<T> {
+    task: tokio::task::JoinHandle<T>,
+    abort: bool,
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        if self.abort {
+            self.task.abort();
         }
     }
 }

@@ -128,6 +128,11 @@ impl From<crius_api::shim::ClientError> for Error {
                 K::UnsupportedVersion | K::Internal => Error::internal("shim", e),
             },
             C::Timeout { .. } => Error::DeadlineExceeded(msg),
+            // The connection broke in the middle of a call: the shim died under it.
+            C::Io {
+                source: crius_api::shim::FrameError::Io(_),
+                ..
+            } => Error::Unavailable(format!("the pod's shim went away during the call: {msg}")),
             // The pod's shim is gone: the pod can no longer run anything.
             C::Connect { .. } => Error::FailedPrecondition(msg),
             _ => Error::internal("shim", e),

@@ -7,8 +7,9 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{alive, texts, wait_for, Env};
+use common::{alive, assert_status, texts, wait_for, Env};
 use crius_api::v1::*;
+use tonic::Code;
 
 /// The numbers of `tick-<n>` lines of a log, in order.
 fn ticks(log: &Path) -> Vec<u64> {
@@ -190,8 +191,21 @@ async fn shim_killed() {
         )
         .await;
     let sleeper_pid = env.pid(&sleeper).await;
+    // An ExecSync in flight when the shim dies.
+    let mut rt = env.rt();
+    let exec_id = sleeper.clone();
+    let exec = tokio::spawn(async move {
+        rt.exec_sync(ExecSyncRequest {
+            container_id: exec_id,
+            cmd: vec!["sleep".into(), "1003".into()],
+            timeout: 0,
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let shim = env.shim_pid(&pod);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(shim), nix::sys::signal::SIGKILL).unwrap();
+    assert_status(exec.await.unwrap(), Code::Unavailable, &["shim went away"]);
 
     let s = env.wait_exited(&sleeper, Duration::from_secs(20)).await;
     assert_ne!(s.exit_code, 0, "{s:?}");
@@ -206,12 +220,11 @@ async fn shim_killed() {
         || async { (!alive(sleeper_pid)).then_some(()) },
     )
     .await;
-    let s = env.status(&created).await;
-    assert!(
-        s.state == ContainerState::ContainerExited as i32
-            || s.state == ContainerState::ContainerCreated as i32,
-        "{s:?}"
-    );
+    // The container that was only created is reported exited too, and says why.
+    let s = env.wait_exited(&created, Duration::from_secs(20)).await;
+    assert_eq!(s.reason, "Error", "{s:?}");
+    assert!(s.message.contains("shim"), "{s:?}");
+    assert_eq!(s.started_at, 0, "never started: {s:?}");
     // A new container cannot go into a pod without a shim.
     assert!(env
         .rt()

@@ -305,7 +305,12 @@ impl Daemon {
             return Err(e);
         }
         match self.setup_container(record, &config, &pod_config).await {
-            Ok(()) => Ok(id),
+            Ok(()) => {
+                // Followed from now on, not only once started: a created container whose shim
+                // dies is reported exited, with the reason.
+                self.watch_exit(pod.id.clone(), id.clone());
+                Ok(id)
+            }
             Err(e) => {
                 tracing::warn!(container = %id, "create failed, undoing: {e}");
                 if let Err(undo) = self.remove_container_by_id(&id).await {
@@ -503,7 +508,7 @@ impl Daemon {
             r.started_at = started_at;
             r.pid = u32::try_from(pid).ok();
         })?;
-        self.watch_exit(c.sandbox_id.clone(), c.id.clone());
+        // The watcher started at create follows the init through its start to its exit.
         Ok(())
     }
 
@@ -541,15 +546,14 @@ impl Daemon {
         true
     }
 
-    /// Follows a running container until it exits, then records how.
+    /// Follows a created or running container until its init exits, then records how.
     pub fn watch_exit(self: &Arc<Self>, pod_id: String, id: String) {
         let daemon = Arc::clone(self);
         tokio::spawn(async move {
             let running = || {
-                daemon
-                    .containers
-                    .get(&id)
-                    .is_some_and(|c| c.state == ContainerState::Running)
+                daemon.containers.get(&id).is_some_and(|c| {
+                    matches!(c.state, ContainerState::Created | ContainerState::Running)
+                })
             };
             match daemon.shims.follow_exit(&pod_id, &id, running).await {
                 Some(Ok(exit)) => daemon.record_exit(&id, &exit),
@@ -582,6 +586,9 @@ impl Daemon {
         }
         let message = format!("the pod's shim is gone and left no exit record ({why})");
         let _ = self.containers.update(&self.store, id, |r| {
+            if r.state == ContainerState::Exited {
+                return;
+            }
             r.state = ContainerState::Exited;
             r.finished_at = now_nanos();
             r.exit_code = 255;
@@ -894,7 +901,9 @@ impl Daemon {
                     // (or ran).
                     if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
                         if let Ok(info) = shim.state(&c.id).await {
-                            self.adopt_shim_state(&c, &info);
+                            if !self.adopt_shim_state(&c, &info) {
+                                self.watch_exit(c.sandbox_id.clone(), c.id.clone());
+                            }
                         }
                     } else {
                         self.settle_lost(&c.sandbox_id, &c.id, "shim not reachable at start");

@@ -36,14 +36,23 @@ pub struct Daemon {
     /// The HTTP server behind the URLs of Exec, Attach and PortForward.
     pub streams: Arc<crate::stream::StreamServer>,
     pub started_at: SystemTime,
-    /// Whether user-namespaced pods work here; probed once at start.
-    userns: std::sync::OnceLock<bool>,
+    /// Whether user-namespaced pods work here, else why not; probed once at start.
+    userns: std::sync::OnceLock<std::result::Result<(), String>>,
 }
 
 impl Daemon {
     /// Whether user-namespaced pods work on this node (false until probed at start).
     pub fn userns_supported(&self) -> bool {
-        self.userns.get().copied().unwrap_or(false)
+        self.userns_support().is_ok()
+    }
+
+    /// `Ok` when user-namespaced pods work on this node, else why not.
+    pub fn userns_support(&self) -> std::result::Result<(), &str> {
+        match self.userns.get() {
+            Some(Ok(())) => Ok(()),
+            Some(Err(why)) => Err(why),
+            None => Err("crius has not finished starting"),
+        }
     }
 }
 
@@ -112,14 +121,16 @@ impl Daemon {
             .install_pause(&self.pause_binary)
             .await
             .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
-        let root = self.config.root.clone();
-        let userns = tokio::task::spawn_blocking(move || crate::userns::probe(&root))
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()));
+        let (root, state) = (self.config.root.clone(), self.config.state.clone());
+        let pause = self.pause_binary.clone();
+        let userns =
+            tokio::task::spawn_blocking(move || crate::userns::probe(&root, &state, &pause))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
         if let Err(why) = &userns {
-            tracing::info!("user-namespaced pods are not supported here: {why}");
+            tracing::warn!("user-namespaced pods are not supported here: {why}");
         }
-        let _ = self.userns.set(userns.is_ok());
+        let _ = self.userns.set(userns);
         self.recover_containers().await;
         self.recover_pods().await;
         self.streams

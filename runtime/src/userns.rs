@@ -273,13 +273,119 @@ pub fn open(path: &Path) -> Result<OwnedFd, UsernsError> {
     Ok(OwnedFd::from(file))
 }
 
-/// Whether user-namespaced pods can work here: Linux 5.19 or later (overlayfs over idmapped
-/// layers) and an idmapped bind of a directory under `root` (where the image layers are)
-/// succeeds. The error says what is missing.
-pub fn probe(root: &Path) -> Result<(), String> {
+/// The host ids that stand for a pod's in the start-up checks: not root, owning nothing, in no
+/// group (also what the probe's idmapped bind maps root to).
+const PROBE_ID: u32 = 1 << 20;
+
+/// Whether user-namespaced pods can work here. Checked in order, the error says what is
+/// missing: Linux 5.19 or later (overlayfs over idmapped layers); every directory on the way to
+/// `root`, `state` and the `pause` binary searchable by a pod's ids and the binary executable
+/// by them (see [`open_own`] and [`reachable`]); an idmapped bind of a directory under `root`
+/// (where the image layers are).
+pub fn probe(root: &Path, state: &Path, pause: &Path) -> Result<(), String> {
     if !crate::util::kernel_at_least(5, 19) {
         return Err("Linux 5.19 or later is needed for overlayfs over idmapped layers".into());
     }
+    open_own(&[root, state], pause);
+    reachable(&[root, state], pause, PROBE_ID, PROBE_ID)?;
+    probe_idmapped_bind(root)
+}
+
+/// The permission bits of `meta` that apply to a process of `uid`/`gid` with no supplementary
+/// groups and no capabilities over the inode: how the host sees a user-namespaced pod's
+/// processes, whose capabilities do not extend to inodes owned by ids outside their mapping.
+fn bits_for(meta: &std::fs::Metadata, uid: u32, gid: u32) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    if meta.uid() == uid {
+        (meta.mode() >> 6) & 0o7
+    } else if meta.gid() == gid {
+        (meta.mode() >> 3) & 0o7
+    } else {
+        meta.mode() & 0o7
+    }
+}
+
+/// Why `path` stops a process of `uid`/`gid`, which may not `what` it.
+fn blocked(path: &Path, meta: &std::fs::Metadata, uid: u32, gid: u32, what: &str) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        "{} (mode {:04o}, owner {}:{}) may not be {what} by uid {uid} gid {gid} (not root \
+         on the host, as a user-namespaced pod's ids are): crius changes the modes of its own root and state \
+         directories only; make every directory above them searchable by others (chmod o+x) \
+         or move root and state",
+        path.display(),
+        meta.mode() & 0o7777,
+        meta.uid(),
+        meta.gid(),
+    )
+}
+
+/// Whether a process of `uid`/`gid` (see [`bits_for`]) reaches `dirs` and may search them, and
+/// reaches `exe` and may run it: what a user-namespaced pod's root does when its pause starts
+/// (the pod's files and bundles are under `state`, its containers' layers under `root`). The
+/// error names the first directory from `/` down that stops it. Symbolic links on the way are
+/// followed, their targets' directories checked too.
+pub fn reachable(dirs: &[&Path], exe: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    let stat = |p: &Path| {
+        std::fs::metadata(p).map_err(|e| format!("user namespaces: stat {}: {e}", p.display()))
+    };
+    let mut walks: Vec<PathBuf> = Vec::new();
+    for dir in dirs.iter().copied().chain(exe.parent()) {
+        walks.push(dir.to_path_buf());
+        if let Ok(real) = std::fs::canonicalize(dir) {
+            walks.push(real);
+        }
+    }
+    for dir in &walks {
+        let from_top: Vec<&Path> = dir.ancestors().collect();
+        for d in from_top.into_iter().rev() {
+            let meta = stat(d)?;
+            if bits_for(&meta, uid, gid) & 0o1 == 0 {
+                return Err(blocked(d, &meta, uid, gid, "searched"));
+            }
+        }
+    }
+    let meta = stat(exe)?;
+    if bits_for(&meta, uid, gid) & 0o1 == 0 {
+        return Err(blocked(exe, &meta, uid, gid, "executed"));
+    }
+    Ok(())
+}
+
+/// Adds search permission for group and others (execute, for `exe`) to crius's own
+/// directories `dirs` (root and state) and to the directories from them down to `exe` (the
+/// pause binary, installed by crius under state), where it is missing and the entry belongs to
+/// crius's user, as containerd keeps its root and state 0711. Never changes a directory above
+/// them: one that blocks is reported by [`reachable`].
+pub fn open_own(dirs: &[&Path], exe: &Path) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut own: Vec<&Path> = dirs.to_vec();
+    if let Some(top) = dirs.iter().find(|d| exe.starts_with(d)) {
+        own.extend(exe.ancestors().take_while(|a| a != top));
+    }
+    for path in own {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        let mode = meta.mode() & 0o7777;
+        if meta.uid() != me || mode & 0o011 == 0o011 {
+            continue;
+        }
+        let new = mode | 0o011;
+        match std::fs::set_permissions(path, std::fs::Permissions::from_mode(new)) {
+            Ok(()) => tracing::info!(
+                "{}: mode {mode:04o} -> {new:04o}, so that user-namespaced pods reach it",
+                path.display()
+            ),
+            Err(e) => tracing::warn!("{}: chmod {new:04o}: {e}", path.display()),
+        }
+    }
+}
+
+/// An idmapped bind of a fresh directory under `<root>/tmp` onto another.
+fn probe_idmapped_bind(root: &Path) -> Result<(), String> {
     // what a crius killed during its own probe left
     if let Ok(entries) = std::fs::read_dir(root.join("tmp")) {
         for e in entries.flatten() {
@@ -319,7 +425,7 @@ pub fn probe(root: &Path) -> Result<(), String> {
 fn probe_mapping() -> Result<LinuxIdMapping, String> {
     oci_spec::runtime::LinuxIdMappingBuilder::default()
         .container_id(0u32)
-        .host_id(1u32 << 20)
+        .host_id(PROBE_ID)
         .size(1u32)
         .build()
         .map_err(|e| e.to_string())
@@ -440,6 +546,58 @@ mod tests {
     }
 
     /// A static program that waits to be killed: `sleep` from busybox-static.
+
+    #[test]
+    fn reachable_names_the_first_blocking_directory_and_open_own_opens_only_its_own() {
+        use std::os::unix::fs::PermissionsExt;
+        let set = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let parent = dir.path().join("parent");
+        let (root, state) = (parent.join("root"), parent.join("state"));
+        let pause = state.join("bin").join("pause");
+        std::fs::create_dir_all(root.join("x")).unwrap();
+        std::fs::create_dir_all(pause.parent().unwrap()).unwrap();
+        std::fs::write(&pause, "").unwrap();
+        set(dir.path(), 0o755);
+        set(&parent, 0o700);
+        for p in [
+            &root,
+            &state,
+            &pause.parent().unwrap().to_path_buf(),
+            &pause,
+        ] {
+            set(p, 0o700);
+        }
+        // SAFETY: geteuid has no preconditions.
+        let (id, me) = (PROBE_ID, unsafe { libc::geteuid() });
+
+        open_own(&[&root, &state], &pause);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+        for p in [
+            &root,
+            &state,
+            &pause.parent().unwrap().to_path_buf(),
+            &pause,
+        ] {
+            assert_eq!(mode(p), 0o711, "{}", p.display());
+        }
+        assert_eq!(mode(&parent), 0o700, "a parent is not crius's");
+
+        let err = reachable(&[&root, &state], &pause, id, id).unwrap_err();
+        assert!(
+            err.starts_with(&format!("{} (mode 0700", parent.display())),
+            "{err}"
+        );
+        // its owner passes the owner's bits, others those of others
+        assert!(reachable(&[&root, &state], &pause, me, me).is_ok());
+        set(&parent, 0o701);
+        assert!(reachable(&[&root, &state], &pause, id, id).is_ok());
+        set(&pause, 0o700);
+        let err = reachable(&[&root, &state], &pause, id, id).unwrap_err();
+        assert!(err.contains("may not be executed"), "{err}");
+    }
 
     #[test]
     fn idmapped_bind_shows_host_root_files_as_the_mapped_root() {

@@ -24,8 +24,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// A running crius, started by [`Crius::start`], with gRPC clients connected over its socket.
 ///
-/// Layout of its temp dir (`/tmp/crius-daemon-XXXXXX`): `config.toml`, `root/`, `state/`,
-/// `crius.sock`, `crius.log` (stdout and stderr of every run, `----- crius-tests: ... -----`
+/// Layout of its temp dir (`/tmp/crius-daemon-XXXXXX`): `config.toml`, `root/`, `state/` (or
+/// `<sub>/root/`, `<sub>/state/` with [`Crius::start_under`]), `crius.sock`, `crius.log` (stdout and stderr of every run, `----- crius-tests: ... -----`
 /// lines between runs). The log is printed when the fixture is dropped during a panic.
 ///
 /// Drop sends SIGTERM, then SIGKILL after 10 s, reaps crius, lazily unmounts whatever is still
@@ -40,6 +40,8 @@ pub struct Crius {
     grpc: GrpcRuntime,
     runtime: RuntimeServiceClient<Channel>,
     image: ImageServiceClient<Channel>,
+    /// The directory holding `root/` and `state/`: `dir` itself, or a subdirectory of it.
+    data: PathBuf,
     // Dropped last, after `Drop::drop` has stopped the process.
     dir: TestDir,
 }
@@ -51,24 +53,49 @@ impl Crius {
     /// Command line: `crius --config DIR/config.toml --root DIR/root --state DIR/state --listen
     /// unix://DIR/crius.sock --log-level debug`; the binary comes from [`crate::binary`].
     pub async fn start(config_toml: &str) -> Result<Crius> {
+        Crius::start_in(config_toml, None).await
+    }
+
+    /// [`Crius::start`] with `--root DIR/<sub>/root --state DIR/<sub>/state`, where `DIR/<sub>`
+    /// is made with `mode` (exactly, whatever the umask): e.g. `0o700`, as `mktemp -d` makes
+    /// its directories, for a root under a parent that only its owner may traverse.
+    pub async fn start_under(config_toml: &str, sub: &str, mode: u32) -> Result<Crius> {
+        Crius::start_in(config_toml, Some((sub, mode))).await
+    }
+
+    async fn start_in(config_toml: &str, under: Option<(&str, u32)>) -> Result<Crius> {
+        use std::os::unix::fs::PermissionsExt;
         let bin = binary("crius")?;
         let dir = TestDir::new("daemon")?;
         let config = dir.join("config.toml");
         std::fs::write(&config, config_toml)
             .map_err(|source| Error::io("write crius config", &config, source))?;
+        let data = match under {
+            None => dir.path().to_path_buf(),
+            Some((sub, mode)) => {
+                let data = dir.join(sub);
+                std::fs::create_dir(&data)
+                    .and_then(|()| {
+                        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(mode))
+                    })
+                    .map_err(|source| Error::io("create crius data dir", &data, source))?;
+                data
+            }
+        };
         for sub in ["root", "state"] {
-            let path = dir.join(sub);
+            let path = data.join(sub);
             std::fs::create_dir(&path)
                 .map_err(|source| Error::io("create crius dir", &path, source))?;
         }
         let grpc = GrpcRuntime::new()?;
-        let (child, channel) = launch(&bin, &dir, grpc.handle()).await?;
+        let (child, channel) = launch(&bin, &dir, &data, grpc.handle()).await?;
         Ok(Crius {
             bin,
             child: Some(child),
             grpc,
             runtime: RuntimeServiceClient::new(channel.clone()),
             image: ImageServiceClient::new(channel),
+            data,
             dir,
         })
     }
@@ -95,12 +122,12 @@ impl Crius {
 
     /// `--root`
     pub fn root(&self) -> PathBuf {
-        self.dir.join("root")
+        self.data.join("root")
     }
 
     /// `--state`
     pub fn state(&self) -> PathBuf {
-        self.dir.join("state")
+        self.data.join("state")
     }
 
     /// The socket path (without `unix://`).
@@ -168,7 +195,7 @@ impl Crius {
             self.stop()?;
         }
         log_marker(&self.log_path(), "restart");
-        let (child, channel) = launch(&self.bin, &self.dir, self.grpc.handle()).await?;
+        let (child, channel) = launch(&self.bin, &self.dir, &self.data, self.grpc.handle()).await?;
         self.child = Some(child);
         self.runtime = RuntimeServiceClient::new(channel.clone());
         self.image = ImageServiceClient::new(channel);
@@ -226,8 +253,9 @@ impl Drop for GrpcRuntime {
     }
 }
 
-/// Spawns crius on `dir` and connects to its socket; the connection runs on `grpc`.
-async fn launch(bin: &Path, dir: &TestDir, grpc: &Handle) -> Result<(Child, Channel)> {
+/// Spawns crius on `dir` (root and state in `data`) and connects to its socket; the connection
+/// runs on `grpc`.
+async fn launch(bin: &Path, dir: &TestDir, data: &Path, grpc: &Handle) -> Result<(Child, Channel)> {
     let socket = dir.join("crius.sock");
     let log = dir.join("crius.log");
     let mut command = Command::new(bin);
@@ -235,9 +263,9 @@ async fn launch(bin: &Path, dir: &TestDir, grpc: &Handle) -> Result<(Child, Chan
         .arg("--config")
         .arg(dir.join("config.toml"))
         .arg("--root")
-        .arg(dir.join("root"))
+        .arg(data.join("root"))
         .arg("--state")
-        .arg(dir.join("state"))
+        .arg(data.join("state"))
         .arg("--listen")
         .arg(format!("unix://{}", socket.display()))
         .args(["--log-level", "debug"])

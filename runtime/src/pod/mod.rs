@@ -199,12 +199,21 @@ impl Daemon {
     ) -> Result<String> {
         validate(&config, &runtime_handler)?;
         let id_maps = crate::spec::pod_id_maps(&config)?;
-        if id_maps.is_some() && !self.userns_supported() {
-            return Err(Error::FailedPrecondition(
-                "userns_options mode POD: user namespaces are not supported on this node \
-                 (see the log of crius's start for why)"
-                    .into(),
-            ));
+        if let Some(maps) = &id_maps {
+            self.userns_support().map_err(|why| {
+                Error::FailedPrecondition(format!(
+                    "userns_options mode POD: user namespaces are not supported on this node: \
+                     {why}"
+                ))
+            })?;
+            // checked at start with stand-in ids; checked again with the pod's, before
+            // anything is made (a directory may have changed since)
+            if let Some((uid, gid)) = maps.host_root() {
+                let dirs = [self.config.root.as_path(), self.config.state.as_path()];
+                crate::userns::reachable(&dirs, &self.pause_binary, uid, gid).map_err(|why| {
+                    Error::FailedPrecondition(format!("userns_options mode POD: {why}"))
+                })?;
+            }
         }
         let meta = config.metadata.clone().unwrap_or_default();
         let name = format!(

@@ -56,7 +56,7 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
                 // libcontainer applies `rro` with mount_setattr(AT_RECURSIVE): Linux 5.12+
                 // (e2e: tests/tests/security.rs).
                 recursive_read_only_mounts: kernel_at_least(5, 12),
-                // probed at start: see `userns::probe` (e2e: tests/tests/userns.rs)
+                // probed at start: see `userns::probe` (e2e: tests/tests/userns.rs, userns_root.rs)
                 user_namespaces: daemon.userns_supported(),
             }),
         }],

@@ -8,7 +8,9 @@
 //! dir. Each test passes its own `N`, so tests of one file run in parallel without sharing a
 //! bridge or subnet (cni-glue's tests use 10.88.200 and up). Numbers in use: `pods.rs` 10–19,
 //! `containers.rs` 20–39, `restart.rs` 40–59, `security.rs` 60–79, others 80 and up
-//! (`grpc_clients.rs` 1–2, `image_volumes.rs` 5–6, `containers.rs` also 32–33, `userns.rs` 8, 88–89, `hostname.rs` 17 and 81, `stream_limits.rs` 93, `validation.rs` 96, `working_dir.rs` 97, `crash_windows.rs` 49).
+//! (`grpc_clients.rs` 1–2, `userns_root.rs` 3–4, `image_volumes.rs` 5–6, `containers.rs` also
+//! 32–33, `userns.rs` 8, 88–89, `hostname.rs` 17 and 81, `stream_limits.rs` 93, `validation.rs`
+//! 95–96, `working_dir.rs` 97, `crash_windows.rs` 49).
 //!
 //! Drop removes every pod still listed (restarting crius first if a test killed it), kills
 //! whatever a broken teardown left in the pods' cgroups, and deletes the bridge, so a failing
@@ -99,6 +101,16 @@ impl Env {
     /// [`Env::new`] with `extra` appended to crius's config file (whole tables, such as
     /// `"[stream]\nheader_timeout_secs = 1\n"`).
     pub async fn with_config(n: u8, extra: &str) -> Env {
+        Env::with_config_in(n, extra, None).await
+    }
+
+    /// [`Env::with_config`] with crius's root and state in a subdirectory `sub` of its temp dir
+    /// made with `mode` (see [`Crius::start_under`]).
+    pub async fn with_config_under(n: u8, extra: &str, sub: &str, mode: u32) -> Env {
+        Env::with_config_in(n, extra, Some((sub, mode))).await
+    }
+
+    async fn with_config_in(n: u8, extra: &str, under: Option<(&str, u32)>) -> Env {
         assert!(
             (1..100).contains(&n),
             "test network number {n} out of range"
@@ -136,7 +148,11 @@ impl Env {
             net.join("bin").display(),
             hosts_dir.display()
         );
-        let crius = Crius::start(&config).await.unwrap();
+        let crius = match under {
+            None => Crius::start(&config).await,
+            Some((sub, mode)) => Crius::start_under(&config, sub, mode).await,
+        }
+        .unwrap();
         Env {
             crius,
             image: pushed.reference.clone(),

@@ -22,6 +22,11 @@ BRIDGE=crius-critest0
 PORT=${CRITEST_REGISTRY_PORT:-5055}
 # Where crius, crius-shim and crius-shim-helper are taken from (CRIUS_BIN_DIR to test other builds).
 TARGET=${CRIUS_BIN_DIR:-${CARGO_TARGET_DIR:-$REPO/target}/debug}
+# CRIUS_UNDER=DIR puts crius's root and state in DIR/root and DIR/state (e.g. a 0700
+# `mktemp -d` directory) instead of the places crius.toml names; the socket stays in $STATE.
+UNDER=${CRIUS_UNDER:-}
+UNDER_ARGS=()
+[ -n "$UNDER" ] && UNDER_ARGS=(--root "$UNDER/root" --state "$UNDER/state")
 OUT=${1:-/tmp/critest-run.txt}
 shift || true
 [ "${1:-}" = "--" ] && shift
@@ -56,7 +61,7 @@ cleanup() {
     kill -0 "$CRIUS_PID" 2>/dev/null && kill -KILL "$CRIUS_PID"
   fi
   # Shims outlive crius by design: stop any that a failed removal left, by their own pid files.
-  for pidfile in "$STATE"/shims/*/shim.pid; do
+  for pidfile in "$STATE"/shims/*/shim.pid ${UNDER:+"$UNDER"/state/shims/*/shim.pid}; do
     [ -f "$pidfile" ] || continue
     pid=$(cat "$pidfile")
     if [ -n "$pid" ] && grep -q crius-shim "/proc/$pid/cmdline" 2>/dev/null; then
@@ -70,9 +75,10 @@ cleanup() {
   fi
   ip link del "$BRIDGE" 2>/dev/null
   # Deepest mounts first.
-  findmnt -rno TARGET | grep -E "^($WORK|$STATE)(/|$)" | sort -r | while read -r m; do
+  findmnt -rno TARGET | grep -E "^($WORK|$STATE${UNDER:+|$UNDER})(/|$)" | sort -r | while read -r m; do
     umount -l "$m"
   done
+  [ -n "$UNDER" ] && rm -rf "$UNDER/root" "$UNDER/state"
   for id in $(comm -13 <(echo "$SHM_BEFORE") \
       <(ipcs -m | awk 'NR>3 && $2 ~ /^[0-9]+$/ && $5 == 1048576 {print $2}' | sort)); do
     ipcrm -m "$id"
@@ -121,7 +127,7 @@ fi
 (cd "$REPO" && cargo run -q -p crius-tests --bin critest-images -- \
   --registry "127.0.0.1:$PORT" --hosts-dir "$WORK/certs.d" "${SHELL_ARGS[@]}")
 
-"$WORK/bin/crius" --config "$HERE/crius.toml" >"$WORK/crius.log" 2>&1 &
+"$WORK/bin/crius" --config "$HERE/crius.toml" "${UNDER_ARGS[@]}" >"$WORK/crius.log" 2>&1 &
 CRIUS_PID=$!
 for _ in $(seq 100); do
   crictl --runtime-endpoint "$SOCK" version >/dev/null 2>&1 && break

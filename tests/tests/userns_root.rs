@@ -170,13 +170,31 @@ async fn own_root_and_state_are_made_searchable() {
             runtime_handler: String::new(),
         })
         .await;
+    // ... and so is the next container of the pod already running
+    let created = env
+        .rt()
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(env.container_config("late", &["true"])),
+            sandbox_config: Some(config.clone()),
+        })
+        .await;
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert_status(
         got,
         Code::FailedPrecondition,
         &["userns_options", &data.display().to_string()],
     );
+    assert_status(
+        created,
+        Code::FailedPrecondition,
+        &["user namespace", &data.display().to_string()],
+    );
     assert_eq!(env.list_pods(PodSandboxFilter::default()).await.len(), 1);
+    assert_eq!(
+        env.list_containers(ContainerFilter::default()).await.len(),
+        1
+    );
 
     env.stop(&id, 0).await;
     env.remove(&id).await;

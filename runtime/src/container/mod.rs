@@ -244,6 +244,15 @@ impl Daemon {
             )));
         }
         let pod_config = pod.config();
+        // A directory may have been closed since the pod started: a user-namespaced pod's ids
+        // must still reach crius's root, state and pause binary, or the create fails inside.
+        if let Some((uid, gid)) = crate::spec::pod_id_maps(&pod_config)?.and_then(|m| m.host_root())
+        {
+            let dirs = [self.config.root.as_path(), self.config.state.as_path()];
+            crate::userns::reachable(&dirs, &self.pause_binary, uid, gid).map_err(|why| {
+                Error::FailedPrecondition(format!("pod {} has a user namespace: {why}", pod.id))
+            })?;
+        }
         let pod_meta = pod_config.metadata.clone().unwrap_or_default();
         let meta = config.metadata.clone().unwrap_or_default();
         let name = format!(

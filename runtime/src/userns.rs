@@ -352,11 +352,14 @@ pub fn reachable(dirs: &[&Path], exe: &Path, uid: u32, gid: u32) -> Result<(), S
     Ok(())
 }
 
-/// Adds search permission for group and others (execute, for `exe`) to crius's own
-/// directories `dirs` (root and state) and to the directories from them down to `exe` (the
-/// pause binary, installed by crius under state), where it is missing and the entry belongs to
-/// crius's user, as containerd keeps its root and state 0711. Never changes a directory above
-/// them: one that blocks is reported by [`reachable`].
+/// Adds search permission for group and others (execute, for `exe`) where it is missing on
+/// the directories a user-namespaced pod's ids must pass, as far as they belong to crius's
+/// user: crius's root and state `dirs`, the directories from them down to `exe` (the pause
+/// binary), and their parents up to the first one that belongs to another user (a `mktemp -d`
+/// directory holding root and state is 0700 and crius's own). Only search is added, never
+/// read: nobody can list these directories who could not before. containerd keeps its root
+/// and state 0711 the same way. A directory of another user that blocks is reported by
+/// [`reachable`].
 pub fn open_own(dirs: &[&Path], exe: &Path) {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     // SAFETY: geteuid has no preconditions.
@@ -365,6 +368,12 @@ pub fn open_own(dirs: &[&Path], exe: &Path) {
     if let Some(top) = dirs.iter().find(|d| exe.starts_with(d)) {
         own.extend(exe.ancestors().take_while(|a| a != top));
     }
+    let owned_by_me = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.uid() == me);
+    for dir in dirs {
+        own.extend(dir.ancestors().skip(1).take_while(|a| owned_by_me(a)));
+    }
+    own.sort();
+    own.dedup();
     for path in own {
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
@@ -548,7 +557,7 @@ mod tests {
     /// A static program that waits to be killed: `sleep` from busybox-static.
 
     #[test]
-    fn reachable_names_the_first_blocking_directory_and_open_own_opens_only_its_own() {
+    fn reachable_names_the_first_blocking_directory_and_open_own_opens_only_its_users() {
         use std::os::unix::fs::PermissionsExt;
         let set = |p: &Path, mode: u32| {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
@@ -570,8 +579,7 @@ mod tests {
         ] {
             set(p, 0o700);
         }
-        // SAFETY: geteuid has no preconditions.
-        let (id, me) = (PROBE_ID, unsafe { libc::geteuid() });
+        let id = PROBE_ID;
 
         open_own(&[&root, &state], &pause);
         let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
@@ -583,7 +591,15 @@ mod tests {
         ] {
             assert_eq!(mode(p), 0o711, "{}", p.display());
         }
-        assert_eq!(mode(&parent), 0o700, "a parent is not crius's");
+        // a parent of crius's user is opened for search, up to the first of another user
+        assert_eq!(mode(&parent), 0o711, "a parent of crius's user");
+        let outer = dir.path();
+        std::os::unix::fs::chown(outer, Some(4242), None).unwrap();
+        set(outer, 0o755);
+        set(&parent, 0o700);
+        std::os::unix::fs::chown(&parent, Some(4242), None).unwrap();
+        open_own(&[&root, &state], &pause);
+        assert_eq!(mode(&parent), 0o700, "a parent of another user is left alone");
 
         let err = reachable(&[&root, &state], &pause, id, id).unwrap_err();
         assert!(
@@ -591,7 +607,7 @@ mod tests {
             "{err}"
         );
         // its owner passes the owner's bits, others those of others
-        assert!(reachable(&[&root, &state], &pause, me, me).is_ok());
+        assert!(reachable(&[&root, &state], &pause, 4242, 4242).is_ok());
         set(&parent, 0o701);
         assert!(reachable(&[&root, &state], &pause, id, id).is_ok());
         set(&pause, 0o700);

@@ -1,8 +1,9 @@
 //! User-namespaced pods and where crius's root and state are: a pod's mapped ids (not root on
-//! the host) must be able to traverse every directory above them. crius makes its own root and
-//! state directories searchable; a parent it does not own that blocks them (a `mktemp -d`
-//! directory is 0700) turns user namespaces off, and a pod asking for one is refused with the
-//! directory named. Real crius, registry, CNI and containers; run as root. Networks 3 and 4.
+//! the host) must be able to traverse every directory above them. crius adds search permission
+//! to its root and state and to their parents of its own user (a `mktemp -d` directory is 0700);
+//! a parent of another user that blocks them turns user namespaces off, and a pod asking for one
+//! is refused with the directory named. Real crius, registry, CNI and containers; run as root.
+//! Networks 3 and 4.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -66,12 +67,16 @@ async fn sh(env: &Env, id: &str, script: &str) -> String {
 }
 
 #[tokio::test]
-async fn parent_only_its_owner_may_traverse() {
+async fn parent_of_another_user_blocks_user_namespaces() {
     let mut env = Env::with_config_under(3, "", "private", 0o700).await;
     let pushed = env.pushed.reference.clone();
     env.image_ref = env.pull(&pushed).await;
     let private = env.crius.dir().join("private");
     let private_str = private.display().to_string();
+    // another user's 0700 directory (root passes it, a pod's mapped ids do not)
+    std::os::unix::fs::chown(&private, Some(4242), Some(4242)).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    env.crius.restart().await.unwrap();
 
     // not advertised, and the log says which directory is in the way
     assert!(!advertised(&env).await, "user namespaces advertised");
@@ -127,8 +132,9 @@ async fn parent_only_its_owner_may_traverse() {
 }
 
 #[tokio::test]
-async fn own_root_and_state_are_made_searchable() {
-    let mut env = Env::with_config_under(4, "", "data", 0o755).await;
+async fn own_root_state_and_parents_are_made_searchable() {
+    // as under `mktemp -d`: a 0700 parent of crius's own user
+    let mut env = Env::with_config_under(4, "", "data", 0o700).await;
     let pushed = env.pushed.reference.clone();
     env.image_ref = env.pull(&pushed).await;
     // an admin made crius's own directories private; crius opens them for search only
@@ -140,7 +146,7 @@ async fn own_root_and_state_are_made_searchable() {
     for dir in [&root, &state] {
         assert_eq!(mode(dir), 0o711, "mode of {}", dir.display());
     }
-    assert_eq!(mode(&env.crius.dir().join("data")), 0o755);
+    assert_eq!(mode(&env.crius.dir().join("data")), 0o711);
 
     assert!(advertised(&env).await, "user namespaces not advertised");
     let config = userns_pod(&env, "userns-own-dirs");

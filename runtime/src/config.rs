@@ -71,6 +71,9 @@ header_timeout_secs = 10
 # Connections that have not yet become an exec, attach or port-forward session, at most; more
 # are closed at once, so idle or slow clients cannot take crius's file descriptors.
 max_pending_connections = 128
+# Of those, at most this many from one peer: a user of this node (told apart by the owner of
+# its socket) or a remote address, so that no one local user can take every place.
+max_pending_per_peer = 32
 "#;
 
 /// The effective configuration of a running crius.
@@ -150,6 +153,7 @@ pub struct StreamConfig {
     pub port: u16,
     pub header_timeout_secs: u64,
     pub max_pending_connections: usize,
+    pub max_pending_per_peer: usize,
 }
 
 impl Default for Config {
@@ -204,6 +208,7 @@ impl Default for StreamConfig {
             port: 0,
             header_timeout_secs: 10,
             max_pending_connections: 128,
+            max_pending_per_peer: 32,
         }
     }
 }
@@ -309,10 +314,15 @@ impl Config {
                 ),
             ));
         }
-        if self.stream.header_timeout_secs == 0 || self.stream.max_pending_connections == 0 {
+        if self.stream.header_timeout_secs == 0
+            || self.stream.max_pending_connections == 0
+            || self.stream.max_pending_per_peer == 0
+        {
             return Err(invalid(
                 "stream",
-                "header_timeout_secs and max_pending_connections must be at least 1".to_string(),
+                "header_timeout_secs, max_pending_connections and max_pending_per_peer must be at \
+                 least 1"
+                    .to_string(),
             ));
         }
         if self.stream.address.parse::<std::net::IpAddr>().is_err() {

@@ -599,7 +599,11 @@ mod tests {
         set(&parent, 0o700);
         std::os::unix::fs::chown(&parent, Some(4242), None).unwrap();
         open_own(&[&root, &state], &pause);
-        assert_eq!(mode(&parent), 0o700, "a parent of another user is left alone");
+        assert_eq!(
+            mode(&parent),
+            0o700,
+            "a parent of another user is left alone"
+        );
 
         let err = reachable(&[&root, &state], &pause, id, id).unwrap_err();
         assert!(

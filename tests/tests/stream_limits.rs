@@ -143,3 +143,110 @@ async fn idle_and_slow_stream_clients_are_capped_and_timed_out() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+/// A script that opens `count` connections to `addr` and holds them until its stdin closes.
+const HOLDER: &str = r#"
+import socket, sys
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+held = [socket.create_connection((host, port)) for _ in range(count)]
+print(len(held), flush=True)
+sys.stdin.read()
+"#;
+
+/// An unprivileged user of the node that floods the streaming port takes at most its own share
+/// of the places of connections not yet upgraded: root's clients (kubelet) are still served,
+/// and the CRI works throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_local_user_cannot_take_every_place() {
+    const TOTAL: usize = 64;
+    const PER_PEER: usize = 16;
+    let extra = format!(
+        "[stream]\nheader_timeout_secs = 60\nmax_pending_connections = {TOTAL}\n\
+         max_pending_per_peer = {PER_PEER}\n"
+    );
+    let mut env = Env::with_config(94, &extra).await;
+    let pushed = env.pushed.clone();
+    env.image_ref = env.pull(&pushed.reference).await;
+    let config = env.pod_config("flooded", false);
+    let pod = env.run_pod(config.clone()).await;
+    let c = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("box", &["sleep", "1000"]),
+        )
+        .await;
+    let url = env
+        .exec_url(ExecRequest {
+            container_id: c.clone(),
+            cmd: vec!["true".into()],
+            stdout: true,
+            ..Default::default()
+        })
+        .await;
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let pid = env.crius.pid().unwrap();
+    let before = open_fds(pid);
+
+    // nobody (65534) opens far more connections than the whole cap and holds them.
+    use std::os::unix::process::CommandExt;
+    let mut holder = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", HOLDER, host, port, "300"])
+        .uid(65534)
+        .gid(65534)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "300", "the holder's connections");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = open_fds(pid);
+    assert!(
+        during <= before + PER_PEER + 8,
+        "crius holds {during} descriptors, {before} before (per-peer cap {PER_PEER})"
+    );
+
+    // root's clients are still served: several at once, each answered.
+    let mut mine: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    for conn in &mut mine {
+        conn.write_all(b"GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+    }
+    for conn in &mut mine {
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut head = [0u8; 12];
+        conn.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 404");
+    }
+    drop(mine);
+
+    // and the CRI works throughout.
+    env.crius
+        .runtime()
+        .version(VersionRequest::default())
+        .await
+        .unwrap();
+    let out = env.exec(&c, &["echo", "alive"], 10).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "alive");
+    let other = env.run_pod(env.pod_config("beside-the-flood", false)).await;
+    env.remove_pod(&other).await;
+
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    env.stop(&c, 0).await;
+    env.remove(&c).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

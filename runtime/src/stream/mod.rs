@@ -22,6 +22,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod peers;
 pub mod portforward;
 pub mod remotecommand;
 pub mod session;
@@ -102,9 +103,9 @@ impl StreamServer {
     /// Returns the address bound.
     ///
     /// A connection must send each request's head within `header_timeout_secs` and counts
-    /// against `max_pending_connections`
-    /// until it is upgraded to a session or closed; past the cap new connections are closed at
-    /// once. Idle or slow clients thus hold a bounded number of descriptors for a bounded time,
+    /// against `max_pending_connections`, and against its peer's `max_pending_per_peer` (a
+    /// local user, or a remote address: see [`peers`]), until it is upgraded to a session or
+    /// closed; past either cap new connections are closed at once. Idle or slow clients thus hold a bounded number of descriptors for a bounded time,
     /// and cannot starve the CRI socket or an undo path of them.
     pub async fn start(
         self: &Arc<Self>,
@@ -113,6 +114,7 @@ impl StreamServer {
         let (address, port) = (config.address.as_str(), config.port);
         let header_timeout = Duration::from_secs(config.header_timeout_secs);
         let pending = Arc::new(tokio::sync::Semaphore::new(config.max_pending_connections));
+        let per_peer = peers::PeerCounts::new(config.max_pending_per_peer);
         let ip: std::net::IpAddr = address
             .parse()
             .map_err(|_| StreamError::Address(format!("{address}:{port}")))?;
@@ -138,7 +140,7 @@ impl StreamServer {
                     a = listener.accept() => a,
                     _ = stop.changed() => break,
                 };
-                let (tcp, _) = match accepted {
+                let (tcp, remote) = match accepted {
                     Ok(x) => x,
                     Err(e) => {
                         tracing::warn!("stream server: accept: {e}");
@@ -151,12 +153,22 @@ impl StreamServer {
                     drop(tcp);
                     continue;
                 };
+                // One peer (a local user, or a remote address) may not take every place.
+                let peer = peers::Peer::of(remote, bound);
+                let Some(slot) = per_peer.take(peer) else {
+                    tracing::debug!(
+                        ?peer,
+                        "stream server: too many pending connections of one peer; closing one"
+                    );
+                    drop(tcp);
+                    continue;
+                };
                 let _ = tcp.set_nodelay(true);
                 let server = Arc::clone(&server);
                 tokio::spawn(async move {
                     // Held until the connection is upgraded (the session then owns the
                     // socket) or closed.
-                    let _permit = permit;
+                    let _permit = (permit, slot);
                     let service = hyper::service::service_fn(move |req| {
                         let server = Arc::clone(&server);
                         async move { Ok::<_, std::convert::Infallible>(server.handle(req)) }

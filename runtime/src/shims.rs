@@ -19,6 +19,25 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest path a unix socket address holds (`sun_path` is 108 bytes with the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
+/// Why the end of a followed process cannot be learned from its shim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lost {
+    /// The shim is gone (the error of the last call to it).
+    ShimGone(String),
+    /// The shim runs but no longer knows the process: it was deleted while crius was away
+    /// (a RemoveContainer the database missed).
+    NotInShim,
+}
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lost::ShimGone(why) => write!(f, "the shim is gone: {why}"),
+            Lost::NotInShim => f.write_str("the shim no longer knows it"),
+        }
+    }
+}
+
 /// A connected shim client. Derefs to the [`Client`]; when the socket path is too long for a
 /// socket address, the client connects through `/proc/self/fd/<dir>/control.sock` and this
 /// handle keeps that directory open for as long as any clone of it is in use.
@@ -180,8 +199,8 @@ impl Shims {
     /// The pid of the pod's shim from its pid file, if that process is alive and is this pod's
     /// shim (its command line names the pod's state dir: pids get reused).
     /// Follows the init of `id` (a container, or the pause: the pod's own id) in pod
-    /// `pod_id`'s shim until it exits. `Some(Ok)` is its exit; `Some(Err(why))` means the shim
-    /// is gone and cannot say; `None` means `still_watched` turned false first (the object was
+    /// `pod_id`'s shim until it exits. `Some(Ok)` is its exit; `Some(Err)` says why nobody can
+    /// tell ([`Lost`]); `None` means `still_watched` turned false first (the object was
     /// stopped or removed by someone else). A shim that lives but fails the call is asked
     /// again a second later.
     pub async fn follow_exit(
@@ -189,18 +208,29 @@ impl Shims {
         pod_id: &str,
         id: &str,
         still_watched: impl Fn() -> bool,
-    ) -> Option<std::result::Result<crius_api::shim::ExitInfo, String>> {
+    ) -> Option<std::result::Result<crius_api::shim::ExitInfo, Lost>> {
+        use crius_api::shim::{ClientError, ErrorKind};
         loop {
             let waited = match self.get(pod_id).await {
-                Ok(shim) => shim.wait(id, None).await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+                Ok(shim) => match shim.wait(id, None).await {
+                    Ok(exit) => return Some(Ok(exit)),
+                    Err(ClientError::Shim(e)) if e.kind == ErrorKind::NotFound => {
+                        if !still_watched() {
+                            return None;
+                        }
+                        return Some(Err(Lost::NotInShim));
+                    }
+                    Err(e) => e.to_string(),
+                },
+                Err(e) => e.to_string(),
             };
-            match waited {
-                Ok(exit) => return Some(Ok(exit)),
-                Err(_) if !still_watched() => return None,
-                Err(e) if self.running_pid(pod_id).is_none() => return Some(Err(e)),
-                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            if !still_watched() {
+                return None;
             }
+            if self.running_pid(pod_id).is_none() {
+                return Some(Err(Lost::ShimGone(waited)));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 

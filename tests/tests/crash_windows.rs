@@ -16,6 +16,69 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// The shim's control socket of `pod`, reached through the shim directory's descriptor (the
+/// full path is longer than a socket address holds), as crius does. Keep the returned file
+/// open while the client is used.
+async fn shim_of(env: &Env, pod: &str) -> (std::fs::File, ShimClient) {
+    let dir = std::fs::File::open(env.crius.state().join("shims").join(pod)).unwrap();
+    let socket = format!(
+        "/proc/self/fd/{}/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&dir),
+        crius_api::shim::CONTROL_SOCKET
+    );
+    let shim = ShimClient::connect(&socket).await.unwrap();
+    (dir, shim)
+}
+
+/// crius dies in the middle of StopContainer or RemoveContainer, after the shim killed (and,
+/// for a remove, deleted) the container and before the database said so. After a restart the
+/// containers are EXITED, a second RemoveContainer (kubelet retries) succeeds, and nothing is
+/// left behind.
+#[tokio::test]
+async fn a_stop_or_remove_the_database_missed_is_settled() {
+    let mut env = Env::with_image(48).await;
+    let config = env.pod_config("window-rm", false);
+    let pod = env.run_pod(config.clone()).await;
+    let stopped = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("stopped", &["sleep", "1000"]),
+        )
+        .await;
+    let removed = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("removed", &["sleep", "1000"]),
+        )
+        .await;
+
+    env.crius.kill9().unwrap();
+    let (_dir, shim) = shim_of(&env, &pod).await;
+    shim.kill(&stopped, nix::sys::signal::Signal::SIGKILL as i32, true)
+        .await
+        .unwrap();
+    shim.kill(&removed, nix::sys::signal::Signal::SIGKILL as i32, true)
+        .await
+        .unwrap();
+    shim.delete(&removed, true).await.unwrap();
+    env.crius.restart().await.unwrap();
+
+    for id in [&stopped, &removed] {
+        let s = env.wait_exited(id, Duration::from_secs(10)).await;
+        assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+    }
+    env.remove(&removed).await;
+    env.remove(&stopped).await;
+    assert!(env
+        .list_containers(ContainerFilter::default())
+        .await
+        .is_empty());
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
 /// crius dies after its shim started a container and before `Running` was written: the
 /// record says created while the process runs. After a restart the container is RUNNING,
 /// StartContainer refuses a second start and StopContainer really stops it.

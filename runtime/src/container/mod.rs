@@ -566,8 +566,17 @@ impl Daemon {
             };
             match daemon.shims.follow_exit(&pod_id, &id, running).await {
                 Some(Ok(exit)) => daemon.record_exit(&id, &exit),
-                Some(Err(why)) => {
+                Some(Err(crate::shims::Lost::ShimGone(why))) => {
                     daemon.settle_lost(&pod_id, &id, &why);
+                }
+                Some(Err(crate::shims::Lost::NotInShim)) => {
+                    // Deleted by the shim while crius was away (a removal the database
+                    // missed): it has ended; kubelet's next RemoveContainer finishes the job.
+                    daemon.record_lost_exit(
+                        &id,
+                        "the pod's shim no longer has this container: it was removed while \
+                         crius was not running",
+                    );
                 }
                 None => {}
             }
@@ -593,7 +602,16 @@ impl Daemon {
         if let Some(pod) = self.sandboxes.get(pod_id) {
             crate::pod::reap::kill_cgroup_tree(&cgroups::container_cgroup(&pod.cgroup, id));
         }
-        let message = format!("the pod's shim is gone and left no exit record ({why})");
+        self.record_lost_exit(
+            id,
+            &format!("the pod's shim is gone and left no exit record ({why})"),
+        );
+        true
+    }
+
+    /// Records that container `id` ended in a way nobody saw (exit code 255, reason `Error`,
+    /// `message` saying why), unless its exit is recorded already.
+    fn record_lost_exit(&self, id: &str, message: &str) {
         let _ = self.containers.update(&self.store, id, |r| {
             if r.state == ContainerState::Exited {
                 return;
@@ -602,9 +620,8 @@ impl Daemon {
             r.finished_at = now_nanos();
             r.exit_code = 255;
             r.reason = "Error".to_string();
-            r.message = message.clone();
+            r.message = message.to_string();
         });
-        true
     }
 
     fn record_exit(&self, id: &str, exit: &ExitInfo) {

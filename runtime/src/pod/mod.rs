@@ -601,7 +601,7 @@ impl Daemon {
             };
             let why = match daemon.shims.follow_exit(&id, &id, ready).await {
                 Some(Ok(exit)) => format!("its pause process exited with {}", exit.exit_code),
-                Some(Err(e)) => format!("its shim is gone ({e})"),
+                Some(Err(e)) => format!("its pause cannot be followed: {e}"),
                 None => return,
             };
             // Under the pod lock: a stop or removal in progress decides, not this watch.

@@ -8,7 +8,7 @@
 //! dir. Each test passes its own `N`, so tests of one file run in parallel without sharing a
 //! bridge or subnet (cni-glue's tests use 10.88.200 and up). Numbers in use: `pods.rs` 10–19,
 //! `containers.rs` 20–39, `restart.rs` 40–59, `security.rs` 60–79, others 80 and up
-//! (`grpc_clients.rs` 1–2, `image_volumes.rs` 5–6, `containers.rs` also 32, `userns.rs` 8, 88–89, `hostname.rs` 17 and 81, `stream_limits.rs` 93, `validation.rs` 96, `registry_credentials.rs` 53, `working_dir.rs` 97, `crash_windows.rs` 49).
+//! (`grpc_clients.rs` 1–2, `image_volumes.rs` 5–6, `containers.rs` also 32, `userns.rs` 8, 88–89, `hostname.rs` 17 and 81, `stream_limits.rs` 93, `validation.rs` 96, `registry_credentials.rs` 53, `cgroup_parent.rs` 54–55, `working_dir.rs` 97, `crash_windows.rs` 49).
 //!
 //! Drop removes every pod still listed (restarting crius first if a test killed it), kills
 //! whatever a broken teardown left in the pods' cgroups, and deletes the bridge, so a failing

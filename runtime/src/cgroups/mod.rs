@@ -1,12 +1,12 @@
 //! Cgroups: where pod and container cgroups are, and reading and changing their limits.
 //!
-//! kubelet names the pod's cgroup in `linux.cgroup_parent` and owns it; with cgroupfs crius
-//! puts the pod in a cgroup of its own below it, `<cgroup_parent>/crius-<pod-id>`, so the pod's
-//! limits never land in a cgroup it did not make (a client may name a shared one). A client that
-//! gives none (crictl, critest) gets `/crius/<pod-id>`. crius creates either (through
-//! libcontainer, as the parent of the pod's containers) and removes it with the pod. Containers,
-//! the pause container included, go one level below, named by their id, as containerd lays
-//! them out.
+//! kubelet names the pod's cgroup in `linux.cgroup_parent` and owns it; crius puts the pod in a
+//! cgroup of its own below it, `<cgroup_parent>/crius-<pod-id>` (a slice with systemd, see
+//! [`systemd`]), so the pod's limits never land in a cgroup it did not make (a client may name
+//! a shared one). A client that gives none (crictl, critest) gets `/crius/<pod-id>`. crius
+//! creates either (through libcontainer, as the parent of the pod's containers) and removes it
+//! with the pod. Containers, the pause container included, go one level below, named by their
+//! id, as containerd lays them out.
 //!
 //! libcontainer creates the container cgroups from the OCI spec; this module changes them
 //! afterwards (`UpdateContainerResources`, pod-level resources) and reads their usage. The
@@ -170,14 +170,14 @@ pub fn init(config: &CgroupConfig) -> Result<()> {
 }
 
 /// The pod cgroup (a cgroupfs path) for kubelet's `cgroup_parent`: with cgroupfs crius's own
-/// `crius-<pod-id>` below the parent, else `/crius/<pod-id>`; with systemd the parent's slice
-/// expanded (kubelet sends `kubepods-besteffort-pod<uid>.slice`), else `crius-<pod-id>.slice`
-/// in `crius.slice`, below systemd's root cgroup. A parent that is no slice is refused under
-/// systemd.
+/// `crius-<pod-id>` below the parent, else `/crius/<pod-id>`; with systemd crius's own slice
+/// below the parent's (kubelet sends `kubepods-besteffort-pod<uid>.slice`), else
+/// `crius-<pod-id>.slice` in `crius.slice`, expanded below systemd's root cgroup. A parent that
+/// is no slice is refused under systemd.
 ///
-/// With cgroupfs the pod's limits go on a cgroup crius makes and removes with the pod, never on
-/// the parent the client named: that one may be shared (`/system.slice`, kubelet's QoS level)
-/// and would keep the pod's memory and CPU limits after the pod is gone.
+/// The pod's limits go on a cgroup crius makes and removes with the pod, never on the parent
+/// the client named: that one may be shared (`/system.slice`, kubelet's QoS level) and would
+/// keep the pod's memory and CPU limits after the pod is gone.
 pub fn pod_cgroup(cgroup_parent: &str, pod_id: &str) -> Result<String> {
     pod_cgroup_with(driver(), cgroup_parent, pod_id)
 }
@@ -297,19 +297,16 @@ pub fn fs_path(cgroup: &str) -> Result<String> {
     })
 }
 
-/// Whether crius created this pod cgroup (and so must remove it): `/crius/<pod-id>`, or a
-/// `crius-<pod-id>.slice` (by name or path) inside `crius.slice`.
+/// Whether crius created this pod cgroup (and so must remove it): `/crius/<pod-id>`, a
+/// `crius-<pod-id>.slice` (by name or path) inside `crius.slice`, or the slice crius makes for a
+/// pod below a client's slice (`<parent>-crius<pod-id>.slice`).
 pub fn owned_by_crius(pod_cgroup: &str) -> bool {
     if pod_cgroup.starts_with(&format!("{CRIUS_PARENT}/")) {
         return true;
     }
     let mut parts = pod_cgroup.trim_end_matches('/').rsplit('/');
     let last = parts.next().unwrap_or("");
-    let own_slice = last.starts_with(systemd::CRIUS_SLICE_PREFIX) && last.ends_with(".slice");
-    match parts.next() {
-        None => own_slice,
-        Some(parent) => own_slice && parent == "crius.slice",
-    }
+    systemd::own_slice_pod_id(last, parts.next()).is_some()
 }
 
 /// The systemd unit crius made for this cgroup, when the driver is systemd: a container's
@@ -354,10 +351,7 @@ fn attach_scope(sd: &manager::Systemd, pod_cgroup: &str, id: &str, pid: u32) -> 
             path: pod_cgroup.to_string(),
             reason: "the systemd driver needs a pod slice",
         })?;
-    if owned_by_crius(pod_cgroup) {
-        let pod_id = slice
-            .trim_start_matches(systemd::CRIUS_SLICE_PREFIX)
-            .trim_end_matches(".slice");
+    if let Some(pod_id) = systemd::own_slice_pod_id(slice, None) {
         sd.start_transient(slice, &systemd::slice_properties(pod_id, mode), true)?;
     }
     // What libcontainer wrote from the spec; the scope gets the same values.

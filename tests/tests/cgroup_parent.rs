@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use common::{assert_status, Env};
 use crius_api::v1::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use tonic::Code;
 
 const ROOT: &str = "/sys/fs/cgroup";
@@ -89,7 +91,7 @@ impl HostCgroup {
     }
 }
 
-/// Removes a cgroup directory and those below it (they hold no processes by then).
+/// Kills every process in a cgroup directory and those below it, then removes them.
 fn remove_tree(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -99,7 +101,16 @@ fn remove_tree(dir: &Path) {
             remove_tree(&e.path());
         }
     }
-    let _ = std::fs::remove_dir(dir);
+    for _ in 0..50 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 impl Drop for HostCgroup {

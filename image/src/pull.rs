@@ -125,9 +125,9 @@ impl ImageStore {
                     .clone()
                     .pull(&reference, &auth, options, started)
                     .await;
-                // A failed pull frees what it fetched and nothing else names (a layer another
-                // pull shares is named by that pull's record once it lands: the collection
-                // waits for every pull holding the gate).
+                // A failed pull frees what it fetched and nothing else names. A layer another
+                // pull in progress shares is safe: the collection is put off until no pull
+                // holds the gate, and by then that pull's record names the layer.
                 if hold.release(result.is_err()) {
                     if let Err(e) = inner.clone().gc().await {
                         tracing::warn!("image gc after a pull: {e}");

@@ -120,21 +120,17 @@ impl ImageStore {
             .pulls
             .run(&key, move || async move {
                 let started = Instant::now();
-                let gate = inner.gc_gate.read().await;
+                let hold = inner.hold_gate(true).await;
                 let result = inner
                     .clone()
                     .pull(&reference, &auth, options, started)
                     .await;
-                drop(gate);
-                inner
-                    .generation
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                if inner
-                    .gc_pending
-                    .swap(false, std::sync::atomic::Ordering::SeqCst)
-                {
+                // A failed pull frees what it fetched and nothing else names. A layer another
+                // pull in progress shares is safe: the collection is put off until no pull
+                // holds the gate, and by then that pull's record names the layer.
+                if hold.release(result.is_err()) {
                     if let Err(e) = inner.clone().gc().await {
-                        tracing::warn!("deferred image gc: {e}");
+                        tracing::warn!("image gc after a pull: {e}");
                     }
                 }
                 result
@@ -568,8 +564,12 @@ impl Inner {
                 let start = Instant::now();
                 let blob = this.content.path(&digest);
                 let sync = this.config.sync_snapshots;
+                // The unpack runs on when its pull fails or is dropped: no collection may
+                // sweep until the snapshot it makes is in place.
+                let hold = this.hold_gate_now();
                 let unpacked = tokio::task::spawn_blocking(move || {
                     let _slot = slot;
+                    let _hold = hold;
                     unpack_layer(&blob, &digest, &diff, &dest, sync)
                 })
                 .await

@@ -96,9 +96,11 @@ pub(crate) struct Inner {
     pub(crate) snapshot_work: Singleflight<crate::unpack::UnpackStats>,
     pub(crate) download_slots: Semaphore,
     pub(crate) unpack_slots: Arc<Semaphore>,
-    /// Pulls hold it shared; garbage collection exclusively, so it never removes what a pull
-    /// in progress has fetched but not yet recorded.
-    pub(crate) gc_gate: tokio::sync::RwLock<()>,
+    /// Pulls (and the unpacks they started) hold it shared through a [`GateHold`]; garbage
+    /// collection takes it exclusively, never waiting, so it never removes what a pull in
+    /// progress has fetched but not yet recorded.
+    pub(crate) gc_gate: Arc<tokio::sync::RwLock<()>>,
+    /// A collection was asked for while the gate was held: the last holder to let go runs it.
     pub(crate) gc_pending: AtomicBool,
     /// Bumped whenever blobs or snapshots may have changed; keys the fs usage cache.
     pub(crate) generation: AtomicU64,
@@ -150,7 +152,7 @@ impl ImageStore {
             pulls: Singleflight::default(),
             blob_work: Singleflight::default(),
             snapshot_work: Singleflight::default(),
-            gc_gate: tokio::sync::RwLock::new(()),
+            gc_gate: Arc::new(tokio::sync::RwLock::new(())),
             gc_pending: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             usage_cache: Mutex::new(None),
@@ -338,7 +340,7 @@ impl Inner {
     }
 
     pub(crate) async fn gc(self: Arc<Self>) -> Result<GcStats> {
-        let Ok(gate) = self.gc_gate.try_write() else {
+        let Ok(gate) = self.gc_gate.clone().try_write_owned() else {
             self.gc_pending
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             return Ok(GcStats::default());
@@ -358,6 +360,8 @@ impl Inner {
         };
         let this = self.clone();
         let stats = tokio::task::spawn_blocking(move || -> Result<GcStats> {
+            // The sweep keeps the gate even if the caller stops waiting for it.
+            let _gate = gate;
             let mut stats = GcStats::default();
             for d in this.content.list()? {
                 if !blobs.contains(&d) {
@@ -385,7 +389,6 @@ impl Inner {
         })
         .await
         .map_err(|e| Error::Internal(format!("gc task: {e}")))??;
-        drop(gate);
         if stats != GcStats::default() {
             self.generation.fetch_add(1, Ordering::SeqCst);
             tracing::info!(
@@ -395,6 +398,81 @@ impl Inner {
             );
         }
         Ok(stats)
+    }
+}
+
+/// A shared hold on the gc gate. Letting go of the last hold runs the collection that was asked
+/// for while it was held. A pull's hold is `dirty`: a pull that fails, or is dropped half-way,
+/// leaves blobs and snapshots no record names, and its hold asks for a collection on the way
+/// out so they do not wait for the next start.
+pub(crate) struct GateHold {
+    inner: Arc<Inner>,
+    guard: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
+    dirty: bool,
+}
+
+impl Inner {
+    /// Waits for a running collection, then holds the gate; `dirty` as in [`GateHold`].
+    pub(crate) async fn hold_gate(self: &Arc<Self>, dirty: bool) -> GateHold {
+        let guard = self.gc_gate.clone().read_owned().await;
+        GateHold {
+            inner: self.clone(),
+            guard: Some(guard),
+            dirty,
+        }
+    }
+
+    /// One more hold while one is already held (a collection never waits for the gate, so
+    /// this does not fail then). Used by unpacks, which go on after their pull is dropped.
+    pub(crate) fn hold_gate_now(self: &Arc<Self>) -> Option<GateHold> {
+        let guard = self.gc_gate.clone().try_read_owned().ok()?;
+        Some(GateHold {
+            inner: self.clone(),
+            guard: Some(guard),
+            dirty: false,
+        })
+    }
+}
+
+impl GateHold {
+    /// Lets go of the gate; true when the caller must now run a collection (one was asked for,
+    /// or `failed` and the hold is dirty).
+    pub(crate) fn release(mut self, failed: bool) -> bool {
+        self.dirty &= failed;
+        self.let_go()
+    }
+
+    fn let_go(&mut self) -> bool {
+        if self.dirty {
+            self.inner.gc_pending.store(true, Ordering::SeqCst);
+            self.dirty = false;
+        }
+        if self.guard.take().is_none() {
+            return false;
+        }
+        self.inner.generation.fetch_add(1, Ordering::SeqCst);
+        self.inner.gc_pending.swap(false, Ordering::SeqCst)
+    }
+}
+
+impl Drop for GateHold {
+    fn drop(&mut self) {
+        if !self.let_go() {
+            return;
+        }
+        // Dropped without release (a cancelled pull, an unpack outliving its pull): collect in
+        // the background, or leave the request for the next holder when no runtime is left.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let inner = self.inner.clone();
+                rt.spawn(async move {
+                    if let Err(e) = inner.gc().await {
+                        tracing::warn!("image gc after a pull: {e}");
+                    }
+                });
+            }
+            Err(_) => self.inner.gc_pending.store(true, Ordering::SeqCst),
+        }
     }
 }
 

@@ -755,8 +755,223 @@ async fn cancelled_pull_leaves_no_temp_files() {
     assert!(cancelled.is_err(), "the pull stalls until cancelled");
     assert_no_temp_files(root.path());
     assert!(store.list(None).unwrap().is_empty());
-    // The config made it in whole; the half-downloaded layer did not.
-    assert_eq!(count_files(&root.path().join("content/sha256")), 2);
+    // The half-downloaded layer never became a blob, and the manifest and config the dropped
+    // pull had stored are freed behind it.
+    let blobs = root.path().join("content/sha256");
+    assert_eventually(
+        || names(&blobs).is_empty(),
+        "blobs of the cancelled pull freed",
+    );
+}
+
+/// The file names in `dir`.
+fn names(dir: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Waits up to 10 s for `cond` (a collection behind a failed pull may finish in the background).
+fn assert_eventually(cond: impl Fn() -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not so after 10 s: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An image the fake registry serves: one manifest and its blobs by digest.
+struct FakeImage {
+    repo: &'static str,
+    manifest: Vec<u8>,
+    blobs: Vec<(String, Vec<u8>)>,
+}
+
+impl FakeImage {
+    /// An OCI image of uncompressed tar `layers`.
+    fn new(repo: &'static str, layers: &[Vec<u8>]) -> Self {
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": "amd64", "os": "linux",
+            "rootfs": {"type": "layers", "diff_ids": layers.iter().map(|l| sha256(l)).collect::<Vec<_>>()},
+        }))
+        .unwrap();
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "digest": sha256(&config), "size": config.len()},
+            "layers": layers.iter().map(|l| serde_json::json!({
+                "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": sha256(l), "size": l.len(),
+            })).collect::<Vec<_>>(),
+        }))
+        .unwrap();
+        let mut blobs = vec![(sha256(&config), config)];
+        blobs.extend(layers.iter().map(|l| (sha256(l), l.clone())));
+        Self {
+            repo,
+            manifest,
+            blobs,
+        }
+    }
+
+    fn layer_hex(&self, i: usize) -> String {
+        self.blobs[i + 1]
+            .0
+            .trim_start_matches("sha256:")
+            .to_string()
+    }
+}
+
+/// Serves `images`; `tweak(digest, reply)` may delay or spoil a blob's reply.
+async fn serve(
+    images: Vec<FakeImage>,
+    tweak: impl Fn(&str, &mut Reply) + Send + Sync + 'static,
+) -> FakeRegistry {
+    FakeRegistry::start(move |_, path, _, _| {
+        if path.contains("/manifests/") {
+            return match images
+                .iter()
+                .find(|i| path.contains(&format!("/{}/", i.repo)))
+            {
+                Some(i) => Reply::ok(
+                    i.manifest.clone(),
+                    "application/vnd.oci.image.manifest.v1+json",
+                ),
+                None => Reply::status(404),
+            };
+        }
+        let blob = images
+            .iter()
+            .flat_map(|i| i.blobs.iter())
+            .find(|(d, _)| path.ends_with(d.as_str()));
+        match blob {
+            Some((digest, body)) => {
+                let mut r = Reply::ok(body.clone(), "application/octet-stream");
+                tweak(digest, &mut r);
+                r
+            }
+            None => Reply::status(404),
+        }
+    })
+    .await
+}
+
+/// A pull that fails part-way (one layer fails its digest check after another was fetched and
+/// unpacked) frees its manifest, config, layers and snapshots; a layer it shares with an image
+/// already present stays, with its snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_pull_frees_what_it_fetched_but_not_a_shared_layer() {
+    let shared = tar(&[file("shared", "s")]);
+    let kept = FakeImage::new("crius/kept", &[shared.clone(), tar(&[file("k", "k")])]);
+    let broken = FakeImage::new(
+        "crius/broken",
+        &[shared, tar(&[file("g", "good")]), tar(&[file("b", "bad")])],
+    );
+    let shared_hex = kept.layer_hex(0);
+    let bad = broken.blobs[3].0.clone();
+    let fake = serve(vec![kept, broken], move |digest, r| {
+        if digest == bad {
+            r.body[0] ^= 0xff;
+        }
+    })
+    .await;
+    let root = root();
+    let store = open(root.path(), None);
+    store
+        .pull(&format!("{}/crius/kept:v1", fake.host()), &Auth::default())
+        .await
+        .unwrap();
+    let blobs = root.path().join("content/sha256");
+    let snapshots = root.path().join("snapshots");
+    let (blobs_before, snapshots_before) = (names(&blobs), names(&snapshots));
+    assert_eq!(blobs_before.len(), 4, "manifest, config and two layers");
+    assert!(blobs_before.contains(&shared_hex));
+
+    let err = store
+        .pull(
+            &format!("{}/crius/broken:v1", fake.host()),
+            &Auth::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("failed verification"), "{err}");
+    assert_eventually(
+        || names(&blobs) == blobs_before && names(&snapshots) == snapshots_before,
+        "only the kept image's blobs and snapshots are left",
+    );
+    assert_eq!(names(&blobs), blobs_before);
+    assert_eq!(names(&snapshots), snapshots_before);
+    assert_no_temp_files(root.path());
+    let kept = store.list(None).unwrap();
+    assert_eq!(kept.len(), 1);
+    for dir in store.lowerdirs(&kept[0].id).unwrap() {
+        assert!(dir.is_dir(), "{}", dir.display());
+    }
+}
+
+/// A pull that fails while another pull sharing a layer is still running leaves that layer
+/// alone; its own blobs go once the other pull is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_pull_during_another_keeps_their_shared_layer() {
+    let shared = tar(&[file("shared", "s")]);
+    let slow = FakeImage::new("crius/slow", &[shared.clone(), tar(&[file("u", "u")])]);
+    let broken = FakeImage::new("crius/broken", &[shared, tar(&[file("b", "bad")])]);
+    let shared_hex = slow.layer_hex(0);
+    let slow_layer = slow.blobs[2].0.clone();
+    let bad = broken.blobs[2].0.clone();
+    let fake = serve(vec![slow, broken], move |digest, r| {
+        if digest == slow_layer {
+            r.delay = Some(Duration::from_secs(2));
+        } else if digest == bad {
+            r.body[0] ^= 0xff;
+        }
+    })
+    .await;
+    let root = root();
+    let store = open(root.path(), None);
+    let blobs = root.path().join("content/sha256");
+    let slow_pull = tokio::spawn({
+        let store = store.clone();
+        let name = format!("{}/crius/slow:v1", fake.host());
+        async move { store.pull(&name, &Auth::default()).await }
+    });
+    let shared_blob = blobs.join(&shared_hex);
+    assert_eventually(
+        || shared_blob.exists(),
+        "the slow pull fetched the shared layer",
+    );
+
+    let err = store
+        .pull(
+            &format!("{}/crius/broken:v1", fake.host()),
+            &Auth::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("failed verification"), "{err}");
+    assert!(!slow_pull.is_finished(), "the slow pull is still running");
+    assert!(
+        shared_blob.exists(),
+        "shared layer removed under a running pull"
+    );
+
+    let record = slow_pull.await.unwrap().unwrap();
+    let wanted: std::collections::BTreeSet<String> =
+        record.blobs().map(|d| d.hex().to_string()).collect();
+    assert_eq!(wanted.len(), 4, "manifest, config and two layers");
+    assert_eventually(
+        || names(&blobs) == wanted,
+        "the failed pull's blobs are freed, the slow image's kept",
+    );
+    for dir in store.lowerdirs(&record.id).unwrap() {
+        assert!(dir.is_dir(), "{}", dir.display());
+    }
+    assert_no_temp_files(root.path());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

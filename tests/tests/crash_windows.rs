@@ -36,7 +36,7 @@ async fn shim_of(env: &Env, pod: &str) -> (std::fs::File, ShimClient) {
 /// left behind.
 #[tokio::test]
 async fn a_stop_or_remove_the_database_missed_is_settled() {
-    let mut env = Env::with_image(48).await;
+    let mut env = Env::with_image(56).await;
     let config = env.pod_config("window-rm", false);
     let pod = env.run_pod(config.clone()).await;
     let stopped = env

@@ -264,19 +264,48 @@ async fn pods_and_containers_run_in_systemd_units() {
     env.remove(&done).await;
     assert!(cgroup_gone(&format!("{slice_cg}/{done_scope}")));
 
-    // A pod in a kubelet slice (kubelet would have made it; systemd makes it on demand).
+    // A pod in a kubelet slice (kubelet would have made it; systemd makes it on demand): a
+    // slice of its own below it carries the pod's limits, kubelet's slice keeps its own.
     let kube_slice = "kubepods-besteffort-podcriuse2e87.slice";
+    let kube_cg = format!("{root}/kubepods.slice/kubepods-besteffort.slice/{kube_slice}");
     let mut kconfig = env.pod_config("sd-kube", true);
-    kconfig.linux.as_mut().unwrap().cgroup_parent = kube_slice.to_string();
+    let klinux = kconfig.linux.as_mut().unwrap();
+    klinux.cgroup_parent = kube_slice.to_string();
+    klinux.resources = Some(LinuxContainerResources {
+        memory_limit_in_bytes: 96 << 20,
+        ..Default::default()
+    });
     let kpod = env.run_pod(kconfig).await;
+    let kown = format!("kubepods-besteffort-podcriuse2e87-crius{kpod}.slice");
     let kscope = format!("crius-{kpod}.scope");
-    let kcg = format!("{root}/kubepods.slice/kubepods-besteffort.slice/{kube_slice}/{kscope}");
+    let kown_cg = format!("{kube_cg}/{kown}");
+    let kcg = format!("{kown_cg}/{kscope}");
     let p = systemd
         .show(&kscope, &["ActiveState", "ControlGroup", "Slice"])
         .unwrap();
     assert_eq!(p["ActiveState"], "active", "{kscope}: {p:?}");
     assert_eq!(p["ControlGroup"], kcg);
-    assert_eq!(p["Slice"], kube_slice);
+    assert_eq!(p["Slice"], kown);
+    let want = (96u64 << 20).to_string();
+    let limit_key = if is_v1_host() {
+        "MemoryLimit"
+    } else {
+        "MemoryMax"
+    };
+    let own = systemd.show(&kown, &[limit_key]).unwrap();
+    assert_eq!(own[limit_key], want, "{kown}: {own:?}");
+    let kube = systemd.show(kube_slice, &[limit_key]).unwrap();
+    assert_ne!(kube[limit_key], want, "kubelet's slice got the pod's limit");
+    if is_v1_host() {
+        assert_eq!(
+            cgroup_file("memory", &kown_cg, "memory.limit_in_bytes"),
+            want
+        );
+        assert_ne!(
+            cgroup_file("memory", &kube_cg, "memory.limit_in_bytes"),
+            want
+        );
+    }
 
     // A parent that is no slice is refused, naming the mismatch.
     let mut bad = env.pod_config("sd-bad", true);
@@ -311,7 +340,8 @@ async fn pods_and_containers_run_in_systemd_units() {
     assert!(cgroup_gone(&slice_cg), "{slice_cg} left behind");
     env.remove_pod(&kpod).await;
     wait_unit_gone(&systemd, &kscope).await;
-    assert!(cgroup_gone(&kcg), "{kcg} left behind");
+    wait_unit_gone(&systemd, &kown).await;
+    assert!(cgroup_gone(&kown_cg), "{kown_cg} left behind");
     env.assert_no_leaks().await;
 }
 

@@ -656,6 +656,8 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// Send only this many body bytes, then stall (keep the connection open, silent).
     pub stall_after: Option<usize>,
+    /// Wait this long before answering (a slow registry that still delivers).
+    pub delay: Option<Duration>,
 }
 
 impl Reply {
@@ -665,6 +667,7 @@ impl Reply {
             headers: vec![("Content-Type".into(), content_type.into())],
             body,
             stall_after: None,
+            delay: None,
         }
     }
     pub fn status(status: u16) -> Self {
@@ -673,6 +676,7 @@ impl Reply {
             headers: vec![],
             body: vec![],
             stall_after: None,
+            delay: None,
         }
     }
 }
@@ -736,6 +740,9 @@ impl FakeRegistry {
                             }
                         }
                         let reply = handler(&method, &path, &headers, &body);
+                        if let Some(delay) = reply.delay {
+                            tokio::time::sleep(delay).await;
+                        }
                         let mut head = format!(
                             "HTTP/1.1 {} X\r\nContent-Length: {}\r\n",
                             reply.status,

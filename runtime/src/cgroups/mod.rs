@@ -1,9 +1,12 @@
 //! Cgroups: where pod and container cgroups are, and reading and changing their limits.
 //!
-//! kubelet names the pod cgroup in `linux.cgroup_parent` and owns it; a client that gives none
-//! (crictl, critest) gets `/crius/<pod-id>`, which crius creates (through libcontainer, as the
-//! parent of the pod's containers) and removes with the pod. Containers, the pause container
-//! included, go one level below, named by their id, as containerd lays them out.
+//! kubelet names the pod's cgroup in `linux.cgroup_parent` and owns it; crius puts the pod in a
+//! cgroup of its own below it, `<cgroup_parent>/crius-<pod-id>` (a slice with systemd, see
+//! [`systemd`]), so the pod's limits never land in a cgroup it did not make (a client may name
+//! a shared one). A client that gives none (crictl, critest) gets `/crius/<pod-id>`. crius
+//! creates either (through libcontainer, as the parent of the pod's containers) and removes it
+//! with the pod. Containers, the pause container included, go one level below, named by their
+//! id, as containerd lays them out.
 //!
 //! libcontainer creates the container cgroups from the OCI spec; this module changes them
 //! afterwards (`UpdateContainerResources`, pod-level resources) and reads their usage. The
@@ -166,10 +169,15 @@ pub fn init(config: &CgroupConfig) -> Result<()> {
     }
 }
 
-/// The pod cgroup (a cgroupfs path) for kubelet's `cgroup_parent`: with cgroupfs the parent
-/// itself, else crius's own `/crius/<pod-id>`; with systemd the parent's slice expanded (kubelet
-/// sends `kubepods-besteffort-pod<uid>.slice`), else `crius-<pod-id>.slice` in `crius.slice`,
-/// below systemd's root cgroup. A parent that is no slice is refused under systemd.
+/// The pod cgroup (a cgroupfs path) for kubelet's `cgroup_parent`: with cgroupfs crius's own
+/// `crius-<pod-id>` below the parent, else `/crius/<pod-id>`; with systemd crius's own slice
+/// below the parent's (kubelet sends `kubepods-besteffort-pod<uid>.slice`), else
+/// `crius-<pod-id>.slice` in `crius.slice`, expanded below systemd's root cgroup. A parent that
+/// is no slice is refused under systemd.
+///
+/// The pod's limits go on a cgroup crius makes and removes with the pod, never on the parent
+/// the client named: that one may be shared (`/system.slice`, kubelet's QoS level) and would
+/// keep the pod's memory and CPU limits after the pod is gone.
 pub fn pod_cgroup(cgroup_parent: &str, pod_id: &str) -> Result<String> {
     pod_cgroup_with(driver(), cgroup_parent, pod_id)
 }
@@ -182,20 +190,61 @@ pub(crate) fn pod_cgroup_with(
     match driver {
         Driver::Cgroupfs if cgroup_parent.is_empty() => Ok(format!("{CRIUS_PARENT}/{pod_id}")),
         Driver::Cgroupfs => {
-            let path = format!("/{}", cgroup_parent.trim_matches('/'));
-            if path.split('/').any(|c| c == "..") {
+            let parent = cgroup_parent.trim_matches('/');
+            if parent.split('/').any(|c| c == "..") {
                 return Err(CgroupError::BadPath {
-                    path: cgroup_parent.to_string(),
+                    path: crate::util::excerpt(cgroup_parent).into_owned(),
                     reason: "`..` is not allowed",
                 });
             }
-            Ok(path)
+            Ok(match parent {
+                "" => format!("/{}", own_pod_cgroup_name(pod_id)),
+                _ => format!("/{parent}/{}", own_pod_cgroup_name(pod_id)),
+            })
         }
         Driver::Systemd(sd) => {
             let slice = systemd::pod_slice(cgroup_parent, pod_id)?;
             Ok(format!("{}{}", sd.root(), systemd::expand_slice(&slice)?))
         }
     }
+}
+
+/// The name of the cgroup crius makes for a pod below a client's `cgroup_parent`.
+fn own_pod_cgroup_name(pod_id: &str) -> String {
+    format!("crius-{pod_id}")
+}
+
+/// Whether `pod_cgroup`, the cgroup of pod `pod_id`, is one crius made for it (and so removes
+/// with it): `/crius/<pod-id>`, crius's own slice, or `crius-<pod-id>` below a client's parent.
+pub fn pod_cgroup_is_own(pod_cgroup: &str, pod_id: &str) -> bool {
+    owned_by_crius(pod_cgroup)
+        || pod_cgroup.trim_end_matches('/').rsplit('/').next() == Some(&own_pod_cgroup_name(pod_id))
+}
+
+/// The longest `cgroup_parent` taken: far more than any real hierarchy needs, and short enough
+/// that a cgroup path below it stays within `PATH_MAX` under `/sys/fs/cgroup/<controller>`.
+pub const MAX_CGROUP_PARENT_BYTES: usize = 2048;
+
+/// Checks a request's `cgroup_parent` before anything is made: no NUL or line break, no `.`
+/// or `..` component (it must not leave the hierarchy), no component longer than a file name
+/// may be, at most [`MAX_CGROUP_PARENT_BYTES`]. The error names `field`.
+pub fn check_cgroup_parent(field: &str, value: &str) -> std::result::Result<(), String> {
+    let bad = |why: &str| Err(format!("{field} {:?} {why}", crate::util::excerpt(value)));
+    if value.len() > MAX_CGROUP_PARENT_BYTES {
+        return bad(&format!("is longer than {MAX_CGROUP_PARENT_BYTES} bytes"));
+    }
+    if value.contains(['\0', '\n', '\r']) {
+        return bad("contains a NUL byte or a line break");
+    }
+    for part in value.split('/') {
+        if part == "." || part == ".." {
+            return bad("has a `.` or `..` component");
+        }
+        if part.len() > 255 {
+            return bad("has a component longer than 255 bytes");
+        }
+    }
+    Ok(())
 }
 
 /// A container's cgroup below its pod's: `<pod>/<id>` with cgroupfs, as containerd lays them
@@ -248,19 +297,16 @@ pub fn fs_path(cgroup: &str) -> Result<String> {
     })
 }
 
-/// Whether crius created this pod cgroup (and so must remove it): `/crius/<pod-id>`, or a
-/// `crius-<pod-id>.slice` (by name or path) inside `crius.slice`.
+/// Whether crius created this pod cgroup (and so must remove it): `/crius/<pod-id>`, a
+/// `crius-<pod-id>.slice` (by name or path) inside `crius.slice`, or the slice crius makes for a
+/// pod below a client's slice (`<parent>-crius<pod-id>.slice`).
 pub fn owned_by_crius(pod_cgroup: &str) -> bool {
     if pod_cgroup.starts_with(&format!("{CRIUS_PARENT}/")) {
         return true;
     }
     let mut parts = pod_cgroup.trim_end_matches('/').rsplit('/');
     let last = parts.next().unwrap_or("");
-    let own_slice = last.starts_with(systemd::CRIUS_SLICE_PREFIX) && last.ends_with(".slice");
-    match parts.next() {
-        None => own_slice,
-        Some(parent) => own_slice && parent == "crius.slice",
-    }
+    systemd::own_slice_pod_id(last, parts.next()).is_some()
 }
 
 /// The systemd unit crius made for this cgroup, when the driver is systemd: a container's
@@ -305,10 +351,7 @@ fn attach_scope(sd: &manager::Systemd, pod_cgroup: &str, id: &str, pid: u32) -> 
             path: pod_cgroup.to_string(),
             reason: "the systemd driver needs a pod slice",
         })?;
-    if owned_by_crius(pod_cgroup) {
-        let pod_id = slice
-            .trim_start_matches(systemd::CRIUS_SLICE_PREFIX)
-            .trim_end_matches(".slice");
+    if let Some(pod_id) = systemd::own_slice_pod_id(slice, None) {
         sd.start_transient(slice, &systemd::slice_properties(pod_id, mode), true)?;
     }
     // What libcontainer wrote from the spec; the scope gets the same values.
@@ -1052,18 +1095,53 @@ mod tests {
     fn pod_cgroup_from_parent_or_own() {
         let fs = Driver::Cgroupfs;
         assert_eq!(pod_cgroup_with(&fs, "", "abc").unwrap(), "/crius/abc");
+        // A client's parent keeps its limits: the pod gets its own cgroup below it.
         assert_eq!(
             pod_cgroup_with(&fs, "/kubepods/besteffort/pod1/", "abc").unwrap(),
-            "/kubepods/besteffort/pod1"
+            "/kubepods/besteffort/pod1/crius-abc"
         );
         assert_eq!(
             pod_cgroup_with(&fs, "kubepods/pod1", "abc").unwrap(),
-            "/kubepods/pod1"
+            "/kubepods/pod1/crius-abc"
         );
+        assert_eq!(pod_cgroup_with(&fs, "/", "abc").unwrap(), "/crius-abc");
         assert!(pod_cgroup_with(&fs, "/kubepods/../etc", "abc").is_err());
         assert_eq!(container_cgroup("/crius/abc", "c1"), "/crius/abc/c1");
         assert!(owned_by_crius("/crius/abc"));
         assert!(!owned_by_crius("/kubepods/pod1"));
+        assert!(pod_cgroup_is_own("/crius/abc", "abc"));
+        assert!(pod_cgroup_is_own("/system.slice/crius-abc", "abc"));
+        assert!(!pod_cgroup_is_own("/system.slice", "abc"));
+        assert!(!pod_cgroup_is_own("/system.slice/crius-abd", "abc"));
+    }
+
+    #[test]
+    fn cgroup_parent_checks() {
+        for ok in [
+            "",
+            "/",
+            "/kubepods/burstable/pod1",
+            "kubepods-pod1.slice",
+            "a/b.c/",
+        ] {
+            assert!(check_cgroup_parent("f", ok).is_ok(), "{ok}");
+        }
+        for (bad, why) in [
+            ("/a/../b".to_string(), "`..`"),
+            ("..".to_string(), "`..`"),
+            ("/a/./b".to_string(), "`.`"),
+            ("/a\0b".to_string(), "NUL"),
+            ("/a\nb".to_string(), "line break"),
+            (format!("/{}", "x".repeat(256)), "255 bytes"),
+            (format!("/{}", "x/".repeat(1 << 19)), "longer than 2048"),
+        ] {
+            let err = check_cgroup_parent("config.linux.cgroup_parent", &bad).unwrap_err();
+            assert!(
+                err.contains("config.linux.cgroup_parent") && err.contains(why),
+                "{err}"
+            );
+            assert!(err.len() < 200, "{} bytes", err.len());
+        }
     }
 
     #[test]

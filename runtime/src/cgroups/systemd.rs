@@ -1,10 +1,12 @@
 //! The systemd driver: unit names, the cgroup paths they stand for, and unit properties.
 //!
 //! With the systemd driver kubelet names pod cgroups by slice (`kubepods-besteffort-pod<uid>.slice`,
-//! a dash marking each parent). crius runs each container (the pause container included) in a
-//! transient scope `crius-<id>.scope` inside the pod's slice, as runc's systemd driver does for
-//! containerd, and a pod that came without a parent in a transient slice `crius-<pod-id>.slice`
-//! inside `crius.slice`. The units are created over D-Bus ([`super::manager`]) with the
+//! a dash marking each parent). crius gives each pod a transient slice of its own, below the
+//! named one (`kubepods-besteffort-pod<uid>-crius<pod-id>.slice`) so the pod's limits never land
+//! in a slice it did not make, or `crius-<pod-id>.slice` inside `crius.slice` for a pod that
+//! came without a parent; each container (the pause container included) runs in a transient
+//! scope `crius-<id>.scope` inside the pod's slice, as runc's systemd driver does for
+//! containerd. The units are created over D-Bus ([`super::manager`]) with the
 //! container's limits as unit properties ([`resource_properties`]), so that systemd, which owns
 //! those cgroups, keeps the same values when it re-applies its own.
 //!
@@ -60,22 +62,55 @@ pub fn expand_slice(slice: &str) -> Result<String> {
     Ok(path)
 }
 
-/// The pod's slice: the last element of kubelet's `cgroup_parent` (kubelet sends the slice
-/// name; an expanded path works too), or `crius-<pod-id>.slice` when there is none.
+/// The pod's slice, one crius makes for it: below the slice kubelet names in `cgroup_parent`
+/// (the last element; an expanded path works too) `<parent>-crius<pod-id>.slice`, so the pod's
+/// limits never land in a slice crius did not make (a client may name a shared one, such as
+/// `system.slice`); with no parent `crius-<pod-id>.slice` (in `crius.slice`).
 pub fn pod_slice(cgroup_parent: &str, pod_id: &str) -> Result<String> {
     let parent = cgroup_parent.trim_end_matches('/');
     if parent.is_empty() {
         return Ok(format!("{CRIUS_SLICE_PREFIX}{pod_id}.slice"));
     }
     let base = parent.rsplit('/').next().unwrap_or(parent);
-    if !base.ends_with(".slice") {
+    let Some(stem) = base.strip_suffix(".slice") else {
         return Err(bad(
             cgroup_parent,
             "the systemd cgroup driver needs a slice as cgroup_parent (is kubelet's cgroupDriver cgroupfs?)",
         ));
-    }
+    };
     expand_slice(base)?;
-    Ok(base.to_string())
+    Ok(match stem {
+        "-" => format!("{OWN_SLICE_MARK}{pod_id}.slice"),
+        _ => format!("{stem}-{OWN_SLICE_MARK}{pod_id}.slice"),
+    })
+}
+
+/// The last part of a slice crius makes for a pod below a client's slice: `crius<pod-id>`.
+const OWN_SLICE_MARK: &str = "crius";
+
+/// The pod id of a slice crius made for a pod ([`pod_slice`]), from its name; None for any
+/// other slice. `parent` is the slice above it when known (a path's previous element).
+pub fn own_slice_pod_id<'a>(slice: &'a str, parent: Option<&str>) -> Option<&'a str> {
+    let stem = slice.strip_suffix(".slice")?;
+    if let Some(id) = stem.strip_prefix(CRIUS_SLICE_PREFIX) {
+        let in_crius_slice = parent.is_none_or(|p| p == "crius.slice");
+        if !id.is_empty() && !id.contains('-') && in_crius_slice {
+            return Some(id);
+        }
+    }
+    let (above, last) = match stem.rsplit_once('-') {
+        Some((above, last)) => (Some(above), last),
+        None => (None, stem),
+    };
+    let id = last.strip_prefix(OWN_SLICE_MARK)?;
+    let hex = !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit());
+    // The name spells its parent: kubepods-pod1.slice/kubepods-pod1-crius<id>.slice.
+    let placed = match (parent, above) {
+        (None, _) => true,
+        (Some(p), Some(above)) => p.strip_suffix(".slice") == Some(above),
+        (Some(p), None) => p.is_empty() || p == "-.slice",
+    };
+    (hex && placed).then_some(id)
 }
 
 /// The cgroupfs path of a `slice:prefix:name` cgroups path, where libcontainer's systemd
@@ -316,12 +351,16 @@ mod tests {
         assert_eq!(
             pod_slice(
                 &format!("/kubepods.slice/kubepods-burstable.slice/{pod}"),
-                "p1"
+                "ab12"
             )
             .unwrap(),
-            pod
+            "kubepods-burstable-pod0f2e-criusab12.slice"
         );
-        assert_eq!(pod_slice(pod, "p1").unwrap(), pod);
+        assert_eq!(
+            pod_slice(pod, "ab12").unwrap(),
+            "kubepods-burstable-pod0f2e-criusab12.slice"
+        );
+        assert_eq!(pod_slice("-.slice", "ab12").unwrap(), "criusab12.slice");
         assert_eq!(pod_slice("", "p1").unwrap(), "crius-p1.slice");
         assert!(pod_slice("/kubepods/burstable/pod0f2e", "p1").is_err());
         assert_eq!(
@@ -351,16 +390,29 @@ mod tests {
         assert_eq!(unit_of(&c), Some("crius-c1.scope"));
         assert_eq!(unit_of(&pod), Some("crius-p1.slice"));
         assert_eq!(unit_of("/crius/p1"), None);
-        // kubelet's slice, expanded; a user manager's (or a nested systemd's) root in front.
+        // crius's own slice below kubelet's, expanded; a user manager's (or a nested
+        // systemd's) root in front.
         let kube = "kubepods-besteffort-pod0f2e.slice";
-        assert_eq!(
-            pod_cgroup_with(&sd, kube, "p1").unwrap(),
+        let own = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f2e.slice/kubepods-besteffort-pod0f2e-criusab12.slice";
+        assert_eq!(pod_cgroup_with(&sd, kube, "ab12").unwrap(), own);
+        assert!(owned_by_crius(own));
+        assert!(owned_by_crius(
+            "kubepods-besteffort-pod0f2e-criusab12.slice"
+        ));
+        assert!(owned_by_crius("/criusab12.slice"));
+        assert!(!owned_by_crius(
             "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f2e.slice"
+        ));
+        assert!(!owned_by_crius("/a.slice/b-criusab12.slice"), "misplaced");
+        assert!(!owned_by_crius("/a.slice/a-criusxyz.slice"), "no pod id");
+        assert_eq!(
+            own_slice_pod_id("system-criusab12.slice", Some("system.slice")),
+            Some("ab12")
         );
         let nested = Driver::Systemd(Systemd::with_root(Path::new("/x"), "/crius-sd/"));
         assert_eq!(
-            pod_cgroup_with(&nested, kube, "p1").unwrap(),
-            "/crius-sd/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f2e.slice"
+            pod_cgroup_with(&nested, kube, "ab12").unwrap(),
+            format!("/crius-sd{own}")
         );
         assert!(owned_by_crius(&pod_cgroup_with(&nested, "", "p1").unwrap()));
         // A cgroupfs parent under the systemd driver: kubelet and crius disagree.

@@ -139,6 +139,8 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
         )));
     }
     if let Some(linux) = &config.linux {
+        cgroups::check_cgroup_parent("config.linux.cgroup_parent", &linux.cgroup_parent)
+            .map_err(Error::InvalidArgument)?;
         for (field, r) in [
             ("config.linux.resources", &linux.resources),
             ("config.linux.overhead", &linux.overhead),
@@ -524,7 +526,7 @@ impl Daemon {
         if let Err(e) = reap::remove_cgroup(&pause_cgroup, CGROUP_REMOVE_PATIENCE).await {
             tracing::warn!(pod = id, "remove pause cgroup: {e}");
         }
-        if cgroups::owned_by_crius(&record.cgroup) {
+        if cgroups::pod_cgroup_is_own(&record.cgroup, id) {
             if let Err(e) = reap::remove_cgroup(&record.cgroup, CGROUP_REMOVE_PATIENCE).await {
                 tracing::warn!(pod = id, "remove pod cgroup: {e}");
             }

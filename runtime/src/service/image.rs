@@ -10,7 +10,7 @@ use crius_image::ImageRecord;
 use super::BoxStream;
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::util::now_nanos;
+use crate::util::{excerpt, now_nanos};
 
 fn image_name(spec: Option<&ImageSpec>, field: &str) -> Result<String> {
     match spec.map(|s| s.image.trim()) {
@@ -35,8 +35,43 @@ fn cri_image(r: &ImageRecord) -> Image {
     }
 }
 
+/// Credentials end up in HTTP headers and token requests, where a NUL, CR or LF would cut or
+/// split a header: refused before any connection. Secrets are named, never quoted.
+fn check_auth(a: &AuthConfig) -> Result<()> {
+    let fields = [
+        ("username", &a.username, true),
+        ("password", &a.password, false),
+        ("auth", &a.auth, false),
+        ("server_address", &a.server_address, true),
+        ("identity_token", &a.identity_token, false),
+        ("registry_token", &a.registry_token, false),
+    ];
+    for (field, value, quote) in fields {
+        let Some(at) = value.find(['\0', '\r', '\n']) else {
+            continue;
+        };
+        let what = match value.as_bytes()[at] {
+            0 => "a NUL byte",
+            b'\r' => "a carriage return",
+            _ => "a newline",
+        };
+        let shown = if quote {
+            format!(" {:?}", excerpt(value))
+        } else {
+            String::new()
+        };
+        return Err(Error::InvalidArgument(format!(
+            "auth.{field}{shown} contains {what} (at byte {at})"
+        )));
+    }
+    Ok(())
+}
+
 pub async fn pull(d: &Arc<Daemon>, req: PullImageRequest) -> Result<PullImageResponse> {
     let name = image_name(req.image.as_ref(), "image")?;
+    if let Some(auth) = &req.auth {
+        check_auth(auth)?;
+    }
     let auth = req
         .auth
         .map(|a| crius_image::Auth {
@@ -130,4 +165,39 @@ pub async fn fs_info(d: &Arc<Daemon>, _req: ImageFsInfoRequest) -> Result<ImageF
         }],
         container_filesystems: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_with_line_breaks_or_nul_are_refused_and_secrets_not_quoted() {
+        assert!(check_auth(&AuthConfig {
+            username: "user".into(),
+            password: "p a:s\ts".into(),
+            ..Default::default()
+        })
+        .is_ok());
+        let err = check_auth(&AuthConfig {
+            password: "hunter2\r\nX-Injected: 1".into(),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("auth.password"), "{err}");
+        assert!(err.contains("carriage return"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        let err = check_auth(&AuthConfig {
+            username: format!("{}\0", "u".repeat(1 << 20)),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("auth.username") && err.contains("NUL"),
+            "{err}"
+        );
+        assert!(err.len() < 300, "{} bytes", err.len());
+    }
 }

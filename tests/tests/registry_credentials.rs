@@ -1,0 +1,70 @@
+//! Registry credentials in PullImage are checked before crius opens any connection: a NUL, CR
+//! or LF in a field (which would cut or split an HTTP header) is `InvalidArgument` naming the
+//! field, quoting at most a short excerpt of a user name or address and nothing of a secret.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_status, Env};
+use crius_api::v1::*;
+use tonic::Code;
+
+#[tokio::test]
+async fn line_breaks_or_nul_in_credentials_are_refused_before_any_connection() {
+    let env = Env::new(53).await;
+    // A "registry" that must never see a connection: the kernel completes a TCP handshake into
+    // its backlog, so any attempt shows up as an accepted socket below.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let image = format!(
+        "127.0.0.1:{}/crius/creds:v1",
+        listener.local_addr().unwrap().port()
+    );
+    let huge_user = format!("{}\0", "u".repeat(1 << 20));
+    let cases: [(&str, &str); 7] = [
+        ("username", &huge_user),
+        ("password", "s3cr3t\r\nX-Injected: yes"),
+        ("auth", "dXNlcjpwYXNz\n"),
+        ("server_address", "127.0.0.1\0evil"),
+        ("identity_token", "id-s3cr3t\0"),
+        ("registry_token", "reg-s3cr3t\nHost: elsewhere"),
+        ("password", "s3cr3t\0"),
+    ];
+    for (field, value) in cases {
+        let mut auth = AuthConfig {
+            username: "user".into(),
+            password: "pass".into(),
+            ..Default::default()
+        };
+        match field {
+            "username" => auth.username = value.into(),
+            "password" => auth.password = value.into(),
+            "auth" => auth.auth = value.into(),
+            "server_address" => auth.server_address = value.into(),
+            "identity_token" => auth.identity_token = value.into(),
+            _ => auth.registry_token = value.into(),
+        }
+        let mut req = tonic::Request::new(PullImageRequest {
+            image: Some(ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            auth: Some(auth),
+            ..Default::default()
+        });
+        req.set_timeout(Duration::from_secs(10));
+        let result = env.crius.image().pull_image(req).await;
+        let len = result.as_ref().err().map_or(0, |s| s.message().len());
+        let message = result.as_ref().err().map(|s| s.message().to_string());
+        assert_status(result, Code::InvalidArgument, &[&format!("auth.{field}")]);
+        assert!(len < 1024, "{field}: status message of {len} bytes");
+        let message = message.unwrap_or_default();
+        assert!(!message.contains("s3cr3t"), "a secret is quoted: {message}");
+    }
+    listener.set_nonblocking(true).unwrap();
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("crius connected to the registry: {other:?}"),
+    }
+}

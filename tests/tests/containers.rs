@@ -850,6 +850,29 @@ async fn exec_sync_ends_with_its_client() {
     env.assert_no_leaks().await;
 }
 
+/// Containers that exit at once are reported EXITED every time: the exit, followed from
+/// create, may reach crius before StartContainer records the start, and must not be undone.
+#[tokio::test]
+async fn quick_exits_are_never_lost_to_the_start() {
+    let mut env = Env::with_image(34).await;
+    let pod_config = env.pod_config("quick", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    for i in 0..30 {
+        let id = env
+            .create_start(
+                &pod,
+                &pod_config,
+                env.container_config(&format!("quick-{i}"), &["true"]),
+            )
+            .await;
+        let s = env.wait_exited(&id, Duration::from_secs(10)).await;
+        assert_eq!(s.exit_code, 0, "{s:?}");
+        assert!(s.started_at > 0 && s.finished_at >= s.started_at, "{s:?}");
+    }
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
 /// `[runtime] max_container_log_line_size` reaches the shims: lines are cut at the configured
 /// size, not at the 16 KiB default.
 #[tokio::test]

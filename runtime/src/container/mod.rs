@@ -513,11 +513,14 @@ impl Daemon {
         let started_at = now_nanos();
         let pid = shim.start(&c.id).await?;
         self.containers.update(&self.store, &c.id, |r| {
-            r.state = ContainerState::Running;
+            // The watcher started at create follows the init through its start to its exit,
+            // and may already have recorded the exit of a quick process: never undo that.
+            if r.state == ContainerState::Created {
+                r.state = ContainerState::Running;
+            }
             r.started_at = started_at;
             r.pid = u32::try_from(pid).ok();
         })?;
-        // The watcher started at create follows the init through its start to its exit.
         Ok(())
     }
 
@@ -539,7 +542,9 @@ impl Daemon {
         }
         let started_at = info.started_at_unix_nano.unwrap_or_else(now_nanos);
         let updated = self.containers.update(&self.store, &c.id, |r| {
-            r.state = ContainerState::Running;
+            if r.state == ContainerState::Created {
+                r.state = ContainerState::Running;
+            }
             r.started_at = started_at;
             r.pid = info.pid.and_then(|p| u32::try_from(p).ok());
         });

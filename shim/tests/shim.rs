@@ -614,8 +614,10 @@ fn after_a_shim_is_killed_its_containers_run_on_and_the_helper_cleans_up() {
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        "helper delete: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
     assert!(wait_for(Duration::from_secs(5), || !alive(pid)));
     assert!(!std::path::Path::new("/sys/fs/cgroup/memory/crius-test")

@@ -39,6 +39,11 @@ pub const REPORT_FD: RawFd = 3;
 pub const STDIO_FDS: [RawFd; 3] = [4, 5, 6];
 /// The helper's fd for the shim's log file.
 pub const LOG_FD: RawFd = 7;
+/// Set (to `1`) in the environment of a helper the shim spawned: only then are the fds above
+/// the shim's. A helper run by hand (crius cleaning up after a dead shim) may inherit
+/// unrelated descriptors at those numbers, from a wrapper such as flock(1) or a service
+/// manager, and must not write its report into them.
+pub const SPAWNED_ENV: &str = "CRIUS_SHIM_HELPER_FDS";
 
 /// What a helper reports.
 #[derive(Debug, Serialize, Deserialize)]
@@ -75,7 +80,8 @@ pub fn spawn(helper: &Path, args: &[&str], stdio: [Option<RawFd>; 3]) -> io::Res
         moves.push((log, LOG_FD));
     }
     let mut cmd = Command::new(helper);
-    cmd.args(args)
+    cmd.env(SPAWNED_ENV, "1")
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

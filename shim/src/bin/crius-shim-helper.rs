@@ -10,7 +10,7 @@ use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
-use crius_shim::helper::{self, Outcome, LOG_FD, REPORT_FD, STDIO_FDS};
+use crius_shim::helper::{self, Outcome, LOG_FD, REPORT_FD, SPAWNED_ENV, STDIO_FDS};
 use crius_shim::libct::{self, InitStdio};
 
 fn main() {
@@ -28,7 +28,7 @@ fn main() {
             ignore_sigpipe as *const () as libc::sighandler_t,
         )
     };
-    if fd_is_open(LOG_FD) {
+    if shim_fd_is_open(LOG_FD) {
         // SAFETY: the shim placed its log file on LOG_FD for us; nothing else owns it.
         crius_shim::shim_log::init(unsafe { File::from_raw_fd(LOG_FD) });
     }
@@ -41,7 +41,7 @@ fn main() {
         Ok((pid, fd)) => (Outcome::Ok { pid }, fd, 0),
         Err(message) => (Outcome::Err { message }, None, 1),
     };
-    if !fd_is_open(REPORT_FD) {
+    if !shim_fd_is_open(REPORT_FD) {
         // Run by hand (or by crius cleaning up after a dead shim): report on stdout.
         println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
         std::process::exit(code);
@@ -55,16 +55,18 @@ fn main() {
 
 extern "C" fn ignore_sigpipe(_: libc::c_int) {}
 
-fn fd_is_open(fd: RawFd) -> bool {
+/// Whether the shim placed `fd` for us: it spawned this helper (see [`SPAWNED_ENV`]) and the
+/// descriptor is open. Run by hand, descriptors at these numbers are someone else's.
+fn shim_fd_is_open(fd: RawFd) -> bool {
     // SAFETY: F_GETFD only queries the descriptor's flags.
-    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+    std::env::var_os(SPAWNED_ENV).is_some() && unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
 }
 
 /// The container stdio fd `i` (0 stdin, 1 stdout, 2 stderr), if the shim passed one.
 fn stdio(i: usize) -> Option<OwnedFd> {
     let fd = STDIO_FDS[i];
     // SAFETY: the shim placed this fd for us; we are its only owner.
-    fd_is_open(fd).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    shim_fd_is_open(fd).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 struct Args {

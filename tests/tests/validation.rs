@@ -145,6 +145,26 @@ async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
         Code::InvalidArgument,
         &["config.linux.resources.cpuset_cpus", "banana"],
     );
+    // CPUs and memory nodes this node does not have.
+    for (cpus, mems, field) in [("999", "", "cpuset_cpus"), ("", "999", "cpuset_mems")] {
+        let mut c = env.container_config("no-such-cpu", &["true"]);
+        c.linux.get_or_insert_with(Default::default).resources = Some(LinuxContainerResources {
+            cpuset_cpus: cpus.into(),
+            cpuset_mems: mems.into(),
+            ..Default::default()
+        });
+        assert_bounded(
+            env.rt()
+                .create_container(CreateContainerRequest {
+                    pod_sandbox_id: pod.clone(),
+                    config: Some(c),
+                    sandbox_config: Some(env.pod_config("real", false)),
+                })
+                .await,
+            Code::InvalidArgument,
+            &[field, "999"],
+        );
+    }
     let c = env
         .create_start(
             &pod,

@@ -738,6 +738,17 @@ pub const MIN_MEMORY_LIMIT: i64 = 6 << 20;
 pub fn check_resources(field: &str, r: &LinuxContainerResources) -> crate::error::Result<()> {
     let mode = Hierarchy::host().map(Hierarchy::mode).unwrap_or(Mode::V2);
     validate(r, mode).map_err(|e| crate::error::Error::InvalidArgument(format!("{field}.{e}")))?;
+    for (name, set, online) in [
+        ("cpuset_cpus", &r.cpuset_cpus, ONLINE_CPUS),
+        ("cpuset_mems", &r.cpuset_mems, ONLINE_NODES),
+    ] {
+        if let Some(missing) = not_online(set, online) {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "{field}.{name} {:?} names {missing}, which this node does not have online",
+                crate::util::excerpt(set)
+            )));
+        }
+    }
     if !(-1000..=1000).contains(&r.oom_score_adj) {
         return Err(crate::error::Error::InvalidArgument(format!(
             "{field}.oom_score_adj {} is out of range (-1000 to 1000)",
@@ -844,6 +855,41 @@ fn validate(r: &LinuxContainerResources, mode: Mode) -> Result<()> {
 
 /// Whether `set` is a Linux cpu list (`0-3,5,7-8`) of at most 1,024 bytes and numbers below
 /// 65,536, in increasing ranges.
+/// The node's online CPUs and memory nodes, as cpuset lists. A node without NUMA support has
+/// no node directory and one memory node, 0.
+const ONLINE_CPUS: &str = "/sys/devices/system/cpu/online";
+const ONLINE_NODES: &str = "/sys/devices/system/node/online";
+
+/// The ranges of a list such as `0-3,5` (already checked by [`is_cpu_list`]).
+fn cpu_ranges(set: &str) -> Vec<(u32, u32)> {
+    set.split(',')
+        .filter_map(|part| match part.trim().split_once('-') {
+            Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+            None => part.trim().parse().ok().map(|n| (n, n)),
+        })
+        .collect()
+}
+
+/// The first CPU (or memory node) of `set` that is not in the list the file `online` holds, as
+/// text; None when all are there, `set` is empty, or the file cannot be read.
+fn not_online(set: &str, online: &str) -> Option<String> {
+    if set.is_empty() {
+        return None;
+    }
+    let have = match std::fs::read_to_string(online) {
+        Ok(text) => cpu_ranges(text.trim()),
+        Err(_) if online == ONLINE_NODES => vec![(0, 0)],
+        Err(_) => return None,
+    };
+    first_missing(&cpu_ranges(set), &have).map(|n| n.to_string())
+}
+
+fn first_missing(want: &[(u32, u32)], have: &[(u32, u32)]) -> Option<u32> {
+    want.iter()
+        .flat_map(|&(a, b)| a..=b)
+        .find(|n| !have.iter().any(|&(lo, hi)| (lo..=hi).contains(n)))
+}
+
 fn is_cpu_list(set: &str) -> bool {
     let num = |t: &str| -> Option<u32> {
         (!t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
@@ -1088,6 +1134,21 @@ pub fn apply_pod_resources(pod_cgroup: &str, config: &PodSandboxConfig) -> Resul
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpus_a_node_lacks_are_found() {
+        use super::{cpu_ranges, first_missing};
+        let have = cpu_ranges("0-3,8");
+        assert_eq!(first_missing(&cpu_ranges("0-2,8"), &have), None);
+        assert_eq!(first_missing(&cpu_ranges("2-5"), &have), Some(4));
+        assert_eq!(first_missing(&cpu_ranges("999"), &have), Some(999));
+        assert_eq!(super::not_online("", super::ONLINE_CPUS), None);
+        assert_eq!(super::not_online("0", super::ONLINE_CPUS), None);
+        assert_eq!(
+            super::not_online("65535", super::ONLINE_CPUS).as_deref(),
+            Some("65535")
+        );
+    }
+
     use super::*;
     use crius_api::v1::{HugepageLimit, LinuxPodSandboxConfig};
 

@@ -38,6 +38,8 @@ pub struct Daemon {
     pub started_at: SystemTime,
     /// Whether user-namespaced pods work here, else why not; probed once at start.
     userns: std::sync::OnceLock<std::result::Result<(), String>>,
+    /// A background retry of network releases that failed is under way.
+    pub(crate) network_release_pending: std::sync::atomic::AtomicBool,
 }
 
 impl Daemon {
@@ -111,6 +113,7 @@ impl Daemon {
             streams: Arc::default(),
             started_at: SystemTime::now(),
             userns: std::sync::OnceLock::new(),
+            network_release_pending: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 

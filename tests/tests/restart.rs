@@ -517,6 +517,59 @@ async fn network_left_by_a_failed_start_is_released_after_restart() {
     env.assert_no_leaks().await;
 }
 
+/// The same failed start, but DEL starts to work while crius runs on: the failed undo is
+/// retried in the background and the attachment released without a restart.
+#[tokio::test]
+async fn network_left_by_a_failed_start_is_released_by_a_retry() {
+    let mut env = Env::new(57).await;
+    let del_ok = env.net_path("del-ok");
+    let dels = env.net_path("dels");
+    env.script_plugin(
+        "crius-e2e-flaky",
+        &format!(
+            "cat >/dev/null\ncase \"$CNI_COMMAND\" in\n\
+             ADD) echo '{{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"crius-e2e flaky add\"}}'; exit 1 ;;\n\
+             DEL) echo del >> {dels}; [ -e {del_ok} ] && exit 0\n\
+             echo '{{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"crius-e2e flaky del\"}}'; exit 1 ;;\n\
+             esac\nexit 0",
+            del_ok = del_ok.display(),
+            dels = dels.display()
+        ),
+    );
+    let flaky = env.bridge_conflist().replacen(
+        "\n  ]\n}",
+        ",\n    { \"type\": \"crius-e2e-flaky\" }\n  ]\n}",
+        1,
+    );
+    env.write_cni_config(&flaky);
+    let config = env.pod_config("retried", false);
+    let failed = env
+        .rt()
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert!(failed.message().contains("flaky add"), "{failed:?}");
+    let cache = env.crius.root().join("cni");
+    let recorded = || std::fs::read_dir(&cache).map_or(0, |d| d.count());
+    assert_eq!(recorded(), 1, "the failed attachment is remembered");
+
+    // DEL works from now on; crius retries by itself.
+    std::fs::write(&del_ok, "").unwrap();
+    wait_for(
+        "the attachment to be released by a retry",
+        Duration::from_secs(20),
+        || async { (recorded() == 0).then_some(()) },
+    )
+    .await;
+    let calls = std::fs::read_to_string(&dels).unwrap().lines().count();
+    assert!(calls >= 2, "DEL ran {calls} times");
+    env.write_cni_config(&env.bridge_conflist());
+    env.assert_no_leaks().await;
+}
+
 #[tokio::test]
 async fn crius_killed_during_remove_pod_sandbox() {
     let mut env = Env::with_image(47).await;

@@ -493,6 +493,9 @@ impl Daemon {
                 return Err(e);
             }
             tracing::warn!(pod = id, "stop during teardown: {e}");
+            // The pod goes; what its stop could not release (a CNI DEL that failed) is retried
+            // in the background rather than forgotten until the next start.
+            self.release_network_later();
         }
         for c in self.containers_of(id) {
             let _lock = self.locks.lock(&c.id).await;
@@ -586,6 +589,47 @@ impl Daemon {
             if let Err(e) = daemon.network.gc(&valid).await {
                 tracing::warn!("CNI garbage collection: {}", crate::error::chain(&e));
             }
+        });
+    }
+
+    /// Retries, in the background, releasing network attachments that pods crius no longer
+    /// has still hold (an undo whose CNI DEL failed): after 1 s, then twice as long each time
+    /// up to a minute, for an hour; the next start of crius tries again after that. One retry
+    /// loop at a time.
+    pub(crate) fn release_network_later(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.network_release_pending.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let daemon = Arc::clone(self);
+        tokio::spawn(async move {
+            let give_up = tokio::time::Instant::now() + Duration::from_secs(3600);
+            let mut delay = Duration::from_secs(1);
+            loop {
+                tokio::time::sleep(delay).await;
+                let valid = daemon.sandboxes.all().into_iter().map(|r| r.id).collect();
+                match daemon.network.gc(&valid).await {
+                    Ok(()) => {
+                        tracing::info!("released the network attachments failed undos had left");
+                        break;
+                    }
+                    Err(e) if tokio::time::Instant::now() < give_up => {
+                        tracing::debug!("network release, will retry: {}", crate::error::chain(&e));
+                        delay = (delay * 2).min(Duration::from_secs(60));
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "network attachments still not released after an hour (the next \
+                             start tries again): {}",
+                            crate::error::chain(&e)
+                        );
+                        break;
+                    }
+                }
+            }
+            daemon
+                .network_release_pending
+                .store(false, Ordering::SeqCst);
         });
     }
 

@@ -521,7 +521,7 @@ async fn network_left_by_a_failed_start_is_released_after_restart() {
 /// retried in the background and the attachment released without a restart.
 #[tokio::test]
 async fn network_left_by_a_failed_start_is_released_by_a_retry() {
-    let mut env = Env::new(57).await;
+    let env = Env::new(57).await;
     let del_ok = env.net_path("del-ok");
     let dels = env.net_path("dels");
     env.script_plugin(

@@ -486,61 +486,15 @@ pub fn read_exit_file(
 /// Standard base64 (RFC 4648, with padding) for byte fields, so binary output survives JSON
 /// at 4/3 of its size rather than the 4x of a number array.
 mod base64_bytes {
+    use base64::Engine as _;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
     pub fn encode(data: &[u8]) -> String {
-        let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-        for chunk in data.chunks(3) {
-            let b = [
-                chunk[0],
-                chunk.get(1).copied().unwrap_or(0),
-                chunk.get(2).copied().unwrap_or(0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
+        base64::engine::general_purpose::STANDARD.encode(data)
     }
 
     pub fn decode(text: &str) -> Option<Vec<u8>> {
-        let bytes = text.as_bytes();
-        if !bytes.len().is_multiple_of(4) {
-            return None;
-        }
-        let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
-        for quad in bytes.chunks(4) {
-            let mut n = 0u32;
-            let mut pad = 0;
-            for (i, &c) in quad.iter().enumerate() {
-                let v = match c {
-                    b'A'..=b'Z' => c - b'A',
-                    b'a'..=b'z' => c - b'a' + 26,
-                    b'0'..=b'9' => c - b'0' + 52,
-                    b'+' => 62,
-                    b'/' => 63,
-                    b'=' if i >= 2 => {
-                        pad += 1;
-                        0
-                    }
-                    _ => return None,
-                };
-                if pad > 0 && c != b'=' {
-                    return None;
-                }
-                n = (n << 6) | u32::from(v);
-            }
-            let decoded = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-            out.extend_from_slice(&decoded[..3 - pad]);
-        }
-        Some(out)
+        base64::engine::general_purpose::STANDARD.decode(text).ok()
     }
 
     pub fn serialize<S: Serializer>(data: &[u8], s: S) -> Result<S::Ok, S::Error> {

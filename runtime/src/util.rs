@@ -7,41 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A new 64-hex-digit id, as kubelet expects for pods and containers.
-pub fn new_id() -> String {
+pub fn new_id() -> std::io::Result<String> {
     random_hex(32)
 }
 
-/// `len` random bytes from the kernel, as hex digits.
-pub fn random_hex(len: usize) -> String {
+/// `len` random bytes from the kernel, as hex digits. Fails rather than settle for anything
+/// less than random: ids and stream tokens must not be guessable.
+pub fn random_hex(len: usize) -> std::io::Result<String> {
     let mut bytes = vec![0u8; len];
-    let mut filled = 0;
-    while filled < len {
-        // SAFETY: getrandom writes at most the given length into the buffer we own.
-        let n = unsafe { libc::getrandom(bytes[filled..].as_mut_ptr().cast(), len - filled, 0) };
-        if n > 0 {
-            filled += n as usize;
-            continue;
-        }
-        if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        // No getrandom(2): the same pool through its device, or at worst the clock and a
-        // counter (unique, if not secret).
-        let from_device = std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes[filled..]));
-        if from_device.is_err() {
-            static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let seed = now_nanos() as u64
-                ^ COUNTER
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                    .rotate_left(32);
-            for (i, b) in bytes.iter_mut().enumerate() {
-                *b = (seed.rotate_left((i % 8) as u32 * 8) >> 56) as u8 ^ i as u8;
-            }
-        }
-        break;
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    getrandom::fill(&mut bytes).map_err(std::io::Error::other)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The longest name, namespace or uid crius accepts in metadata: Kubernetes' own limit for
@@ -120,7 +95,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 }
 
 fn tempfile_in(dir: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
-    let path = dir.join(format!(".tmp-{}", new_id()));
+    let path = dir.join(format!(".tmp-{}", new_id()?));
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -321,8 +296,8 @@ mod tests {
 
     #[test]
     fn ids_are_64_hex_and_distinct() {
-        let a = new_id();
-        let b = new_id();
+        let a = new_id().unwrap();
+        let b = new_id().unwrap();
         assert_eq!(a.len(), 64);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);

@@ -267,7 +267,7 @@ impl Daemon {
         let image = self.images.get(&image_name)?.ok_or_else(|| {
             Error::NotFound(format!("image {:?} not found", excerpt(&image_name)))
         })?;
-        let id = new_id();
+        let id = new_id().map_err(|e| Error::internal("draw a container id", e))?;
         if let Some(holder) = self.store.reserve_name(&name, &id)? {
             return Err(Error::AlreadyExists(format!(
                 "container name {name:?} is reserved for {holder}"

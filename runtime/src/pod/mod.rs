@@ -222,7 +222,7 @@ impl Daemon {
             "{}_{}_{}_{}",
             meta.name, meta.namespace, meta.uid, meta.attempt
         );
-        let id = new_id();
+        let id = new_id().map_err(|e| Error::internal("draw a pod id", e))?;
         let cgroup_parent = config
             .linux
             .as_ref()

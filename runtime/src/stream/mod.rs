@@ -59,6 +59,8 @@ pub enum StreamError {
     },
     #[error("the shim refused: {0}")]
     Refused(#[source] crius_api::shim::ShimError),
+    #[error("draw a stream token")]
+    Token(#[source] std::io::Error),
 }
 
 /// A request prepared by an RPC, waiting for its client to connect.
@@ -198,7 +200,7 @@ impl StreamServer {
     pub fn register(&self, request: PendingStream) -> Result<String, StreamError> {
         let base = self.base_url.get().ok_or(StreamError::NotRunning)?;
         let kind = request.kind();
-        let token = new_token();
+        let token = new_token().map_err(StreamError::Token)?;
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         pending.retain(|_, (at, _)| now.duration_since(*at) < TOKEN_TTL);
@@ -415,7 +417,7 @@ fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
 }
 
 /// 128 random bits, URL-safe.
-fn new_token() -> String {
+fn new_token() -> std::io::Result<String> {
     crate::util::random_hex(16)
 }
 

@@ -227,10 +227,19 @@ impl Extractor {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let uid = header.uid().unwrap_or(0) as u32;
-        let gid = header.gid().unwrap_or(0) as u32;
-        let mode = header.mode().unwrap_or(0o644) & 0o7777;
-        let mtime = mtime_of(header.mtime().unwrap_or(0));
+        // A numeric field that does not parse is a corrupt header: taking it as 0 would make
+        // the file root's, or its mode nothing.
+        let malformed = |field: &str, e: &dyn std::fmt::Display| {
+            self.refuse(&raw, format!("malformed {field} in its tar header: {e}"))
+        };
+        let id = |value: io::Result<u64>, field: &str| -> Result<u32> {
+            let value = value.map_err(|e| malformed(field, &e))?;
+            u32::try_from(value).map_err(|_| malformed(field, &format!("{value} is too large")))
+        };
+        let uid = id(header.uid(), "uid")?;
+        let gid = id(header.gid(), "gid")?;
+        let mode = header.mode().map_err(|e| malformed("mode", &e))? & 0o7777;
+        let mtime = mtime_of(header.mtime().map_err(|e| malformed("mtime", &e))?);
 
         self.ensure_parents(&rel)?;
         let full = self.root.join(&rel);
@@ -390,8 +399,14 @@ impl Extractor {
                 let (fmt, dev) = match kind {
                     tar::EntryType::Fifo => (libc::S_IFIFO, 0),
                     _ => {
-                        let major = header.device_major().ok().flatten().unwrap_or(0);
-                        let minor = header.device_minor().ok().flatten().unwrap_or(0);
+                        let major = header
+                            .device_major()
+                            .map_err(|e| self.fail(&rel, "device major of", e))?
+                            .unwrap_or(0);
+                        let minor = header
+                            .device_minor()
+                            .map_err(|e| self.fail(&rel, "device minor of", e))?
+                            .unwrap_or(0);
                         let fmt = if kind == tar::EntryType::Char {
                             libc::S_IFCHR
                         } else {
@@ -789,6 +804,26 @@ mod tests {
                 1,
                 "temp dir left behind"
             );
+        }
+    }
+
+    #[test]
+    fn malformed_numeric_header_fields_are_refused() {
+        // uid, gid, mode, mtime: a field of garbage where octal digits belong
+        for field in [108..116, 116..124, 100..108, 136..148] {
+            let mut data = tar_of(&[("f", tar::EntryType::Regular, "x")]);
+            data[field.clone()].copy_from_slice(&b"zzzzzzzzzzzz"[..field.len()]);
+            let header = tar::Header::from_byte_slice(&data[..512]);
+            let mut fixed = header.clone();
+            fixed.set_cksum();
+            data[..512].copy_from_slice(fixed.as_bytes());
+            let (dir, r) = unpack(&data, false);
+            let err = r.unwrap_err();
+            assert!(
+                matches!(err, Error::UnsafeEntry { .. }) && err.to_string().contains("malformed"),
+                "{field:?}: {err}"
+            );
+            assert!(!dir.path().join("snap").exists());
         }
     }
 

@@ -72,14 +72,21 @@ pub struct ContainerRecord {
 impl ContainerRecord {
     pub fn config(&self) -> ContainerConfig {
         // Encoded by us; a failure means a corrupt database (see SandboxRecord::config).
-        ContainerConfig::decode(self.config.as_slice()).unwrap_or_default()
+        ContainerConfig::decode(self.config.as_slice()).unwrap_or_else(|e| {
+            tracing::error!(container = %self.id, "corrupt record: config does not decode ({e}); read as empty");
+            ContainerConfig::default()
+        })
     }
 
     pub fn resources(&self) -> Option<LinuxContainerResources> {
         if self.resources.is_empty() {
             return None;
         }
-        LinuxContainerResources::decode(self.resources.as_slice()).ok()
+        LinuxContainerResources::decode(self.resources.as_slice())
+            .inspect_err(|e| {
+                tracing::error!(container = %self.id, "corrupt record: resources do not decode ({e})")
+            })
+            .ok()
     }
 }
 
@@ -617,7 +624,7 @@ impl Daemon {
     /// Records that container `id` ended in a way nobody saw (exit code 255, reason `Error`,
     /// `message` saying why), unless its exit is recorded already.
     fn record_lost_exit(&self, id: &str, message: &str) {
-        let _ = self.containers.update(&self.store, id, |r| {
+        let written = self.containers.update(&self.store, id, |r| {
             if r.state == ContainerState::Exited {
                 return;
             }
@@ -627,6 +634,9 @@ impl Daemon {
             r.reason = "Error".to_string();
             r.message = message.to_string();
         });
+        if let Err(e) = written {
+            tracing::error!(container = id, "record an exit nobody saw ({message}): {e}");
+        }
     }
 
     fn record_exit(&self, id: &str, exit: &ExitInfo) {

@@ -68,8 +68,11 @@ pub struct SandboxRecord {
 impl SandboxRecord {
     pub fn config(&self) -> PodSandboxConfig {
         // The bytes were encoded by us from a decoded message; a failure means a corrupt
-        // database, and an empty config is the least harmful reading of it.
-        PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
+        // database, and an empty config is the least harmful reading of it, said in the log.
+        PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_else(|e| {
+            tracing::error!(pod = %self.id, "corrupt record: config does not decode ({e}); read as empty");
+            PodSandboxConfig::default()
+        })
     }
 }
 

@@ -121,6 +121,13 @@ pub async fn serve(
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
 
+    // grpc.health.v1: the server ("") and both CRI services serve until the orderly stop.
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<RuntimeServiceServer<CriService>>()
+        .await;
+    health.set_serving::<ImageServiceServer<CriService>>().await;
+
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let Socket {
         listener,
@@ -133,6 +140,7 @@ pub async fn serve(
     let server = tonic::transport::Server::builder()
         .add_service(runtime)
         .add_service(images)
+        .add_service(health_service)
         .serve_with_incoming_shutdown(incoming, async {
             stop_rx.await.ok();
         });
@@ -141,8 +149,8 @@ pub async fn serve(
 
     let result = tokio::select! {
         r = &mut server => r.context("grpc server"),
-        _ = signals.term.recv() => stop(&mut server, stop_tx, "SIGTERM").await,
-        _ = signals.int.recv() => stop(&mut server, stop_tx, "SIGINT").await,
+        _ = signals.term.recv() => stop(&mut server, stop_tx, &health, "SIGTERM").await,
+        _ = signals.int.recv() => stop(&mut server, stop_tx, &health, "SIGINT").await,
     };
     streams.stop();
     if let Err(e) = std::fs::remove_file(&path) {
@@ -154,12 +162,18 @@ pub async fn serve(
 async fn stop<F>(
     server: &mut std::pin::Pin<&mut F>,
     stop_tx: tokio::sync::oneshot::Sender<()>,
+    health: &tonic_health::server::HealthReporter,
     signal: &str,
 ) -> anyhow::Result<()>
 where
     F: std::future::Future<Output = Result<(), tonic::transport::Error>>,
 {
     tracing::info!("{signal}: no new calls; waiting for those in flight");
+    for service in ["", "runtime.v1.RuntimeService", "runtime.v1.ImageService"] {
+        health
+            .set_service_status(service, tonic_health::ServingStatus::NotServing)
+            .await;
+    }
     let _ = stop_tx.send(());
     match tokio::time::timeout(SHUTDOWN_GRACE, server.as_mut()).await {
         Ok(r) => r.context("grpc server"),

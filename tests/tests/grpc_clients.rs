@@ -140,3 +140,33 @@ async fn tonic_with_odd_authorities() {
     }
     env.assert_no_leaks().await;
 }
+
+/// `grpc.health.v1.Health` on the CRI socket: the server and both CRI services serve; an
+/// unknown service is NotFound. (Two worker threads: crius's graceful stop waits for the
+/// client to answer its GOAWAY ping, which a blocked single-threaded test runtime never does.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_service_on_the_cri_socket() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let crius = crius_tests::crius::Crius::start("").await.unwrap();
+    let mut health = HealthClient::new(crius_tests::crius::connect(&crius.socket()).await.unwrap());
+    for service in ["", "runtime.v1.RuntimeService", "runtime.v1.ImageService"] {
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap_or_else(|s| panic!("Check {service:?}: {s:?}"))
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "no.such.Service".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+}

@@ -21,7 +21,10 @@ state = "/run/crius"
 # The gRPC endpoint for kubelet, crictl and critest (unix:// only).
 listen = "unix:///run/crius/crius.sock"
 # Log level: error, warn, info, debug, trace, or a tracing filter such as "info,crius=debug".
+# SIGHUP re-reads it from this file (a --log-level flag wins over the file).
 log_level = "info"
+# Log lines as "text" or as one JSON object each ("json"), on stderr.
+log_format = "text"
 
 [registry]
 # Directory of per-registry <host>/hosts.toml files (mirrors, TLS, capabilities), containerd's layout.
@@ -84,6 +87,7 @@ pub struct Config {
     pub state: PathBuf,
     pub listen: String,
     pub log_level: String,
+    pub log_format: LogFormat,
     pub registry: RegistryConfig,
     pub cni: CniConfig,
     pub cgroup: CgroupConfig,
@@ -163,6 +167,7 @@ impl Default for Config {
             state: PathBuf::from("/run/crius"),
             listen: "unix:///run/crius/crius.sock".to_string(),
             log_level: "info".to_string(),
+            log_format: LogFormat::Text,
             registry: RegistryConfig::default(),
             cni: CniConfig::default(),
             cgroup: CgroupConfig::default(),
@@ -362,6 +367,15 @@ impl Config {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 impl fmt::Display for CgroupDriver {

@@ -87,19 +87,6 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-/// A bare level applies to crius's own crates; the libraries below (h2, hyper, tonic) stay at
-/// warn, or debug logs drown in frame dumps. A full filter directive is used as written.
-fn log_filter(level: &str) -> String {
-    const LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
-    if LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
-        let crates = ["crius", "crius_image", "crius_cni", "crius_api"];
-        let own: Vec<String> = crates.iter().map(|c| format!("{c}={level}")).collect();
-        format!("warn,{}", own.join(","))
-    } else {
-        level.to_string()
-    }
-}
-
 /// Raises the soft limit of open files to the hard limit. systemd and most shells start
 /// services with a soft limit of 1024, which a node's pods, shims and stream clients exceed;
 /// the hard limit is what the administrator allows.
@@ -139,13 +126,7 @@ fn raise_nofile() {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = load_config(&cli)?;
-    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&config.log_level))
-        .with_context(|| format!("log level {:?}", config.log_level))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let log = crius::logging::init(&config.log_level, config.log_format)?;
 
     raise_nofile();
     let socket_path = config
@@ -158,10 +139,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .context("start the async runtime")?;
     runtime.block_on(async move {
         let signals = StopSignals::install()?;
+        // SIGHUP's default action ends the process: caught before the socket exists too.
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("install SIGHUP handler")?;
         // Claim the socket first: a second crius must fail before it touches the database.
         let socket = Socket::claim(&socket_path)?;
+        let in_force = config.clone();
         let daemon = Daemon::open(config)?;
         daemon.start().await?;
+        crius::logging::reload_on_hangup(hangup, log, in_force, move || load_config(&cli));
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             root = %daemon.config.root.display(),

@@ -149,8 +149,10 @@ mod tests {
     #[test]
     fn changes_that_wait_for_a_restart_are_named() {
         let old = Config::default();
-        let mut new = Config::default();
-        new.log_level = "debug".into();
+        let mut new = Config {
+            log_level: "debug".into(),
+            ..Config::default()
+        };
         assert!(needs_restart(&old, &new).is_empty());
         new.root = "/elsewhere".into();
         new.stream.port = 1234;

@@ -243,22 +243,45 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Loads `path`. A missing file is the defaults when `required` is false (the default path
-    /// need not exist); an explicitly named file must exist.
+    /// Loads `path`, then the drop-ins of [`drop_in_dir`] in name order, each key of a later
+    /// file replacing the same key of an earlier one. A missing `path` is the defaults when
+    /// `required` is false (the default path need not exist); an explicitly named file must
+    /// exist. Each file is checked on its own first, so an error names its file and line.
     pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
-                return Ok(Config::default())
-            }
+        let read = |p: &Path| {
+            std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                path: p.to_path_buf(),
+                source,
+            })
+        };
+        let mut files = Vec::new();
+        match std::fs::read_to_string(path) {
+            Ok(text) => files.push((path.to_path_buf(), text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {}
             Err(source) => {
                 return Err(ConfigError::Read {
                     path: path.to_path_buf(),
                     source,
                 })
             }
-        };
-        let config = Config::parse(&text, path)?;
+        }
+        for p in drop_ins(path)? {
+            let text = read(&p)?;
+            files.push((p, text));
+        }
+        let mut merged = toml::Table::new();
+        for (p, text) in &files {
+            Config::parse(text, p)?;
+            if let Ok(table) = toml::from_str::<toml::Table>(text) {
+                merge(&mut merged, table);
+            }
+        }
+        let config = Config::deserialize(merged).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            line: 0,
+            key: String::new(),
+            message: format!("the files together: {}", e.message().trim()),
+        })?;
         config.validate(path)?;
         Ok(config)
     }
@@ -366,6 +389,48 @@ impl Config {
     /// The effective configuration as JSON, for `Status` with `verbose`.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The drop-in directory of config file `path`: `config.d` beside it
+/// (`/etc/crius/config.d/*.toml` for the default path).
+pub fn drop_in_dir(path: &Path) -> PathBuf {
+    path.parent().unwrap_or(Path::new("/")).join("config.d")
+}
+
+/// The `*.toml` files of [`drop_in_dir`], sorted by name; none if the directory is missing.
+fn drop_ins(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let dir = drop_in_dir(path);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(Vec::new())
+        }
+        Err(source) => return Err(ConfigError::Read { path: dir, source }),
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Merges `over` into `base`: tables key by key, anything else replaced.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
     }
 }
 
@@ -516,5 +581,33 @@ mod tests {
         let missing = dir.path().join("none.toml");
         assert_eq!(Config::load(&missing, false).unwrap(), Config::default());
         assert!(Config::load(&missing, true).is_err());
+    }
+
+    #[test]
+    fn drop_ins_merge_in_name_order_and_errors_name_their_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("config.toml");
+        let drop = dir.path().join("config.d");
+        std::fs::create_dir(&drop).unwrap();
+        std::fs::write(
+            &main,
+            "log_level = \"debug\"\n[stream]\nport = 1000\nheader_timeout_secs = 5\n",
+        )
+        .unwrap();
+        std::fs::write(drop.join("20-port.toml"), "[stream]\nport = 2000\n").unwrap();
+        std::fs::write(drop.join("10-port.toml"), "[stream]\nport = 1500\n").unwrap();
+        std::fs::write(drop.join("notes.txt"), "not toml = [").unwrap();
+        let c = Config::load(&main, true).unwrap();
+        assert_eq!(c.log_level, "debug");
+        assert_eq!(c.stream.port, 2000, "the last drop-in by name wins");
+        assert_eq!(c.stream.header_timeout_secs, 5, "tables merge key by key");
+
+        // a drop-in alone, without the main file
+        std::fs::remove_file(&main).unwrap();
+        assert_eq!(Config::load(&main, false).unwrap().stream.port, 2000);
+
+        std::fs::write(drop.join("30-bad.toml"), "\n[stream]\nbogus = 1\n").unwrap();
+        let err = Config::load(&main, false).unwrap_err().to_string();
+        assert!(err.contains("30-bad.toml:3") && err.contains("bogus"), "{err}");
     }
 }

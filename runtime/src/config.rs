@@ -77,6 +77,9 @@ max_pending_connections = 128
 # Of those, at most this many from one peer: a user of this node (told apart by the owner of
 # its socket) or a remote address, so that no one local user can take every place.
 max_pending_per_peer = 32
+# An exec, attach or port-forward session with no traffic either way for this long is closed
+# (kubelet's --streaming-connection-idle-timeout is 4 hours too).
+idle_timeout_secs = 14400
 "#;
 
 /// The effective configuration of a running crius.
@@ -158,6 +161,7 @@ pub struct StreamConfig {
     pub header_timeout_secs: u64,
     pub max_pending_connections: usize,
     pub max_pending_per_peer: usize,
+    pub idle_timeout_secs: u64,
 }
 
 impl Default for Config {
@@ -214,6 +218,7 @@ impl Default for StreamConfig {
             header_timeout_secs: 10,
             max_pending_connections: 128,
             max_pending_per_peer: 32,
+            idle_timeout_secs: 4 * 3600,
         }
     }
 }
@@ -345,11 +350,12 @@ impl Config {
         if self.stream.header_timeout_secs == 0
             || self.stream.max_pending_connections == 0
             || self.stream.max_pending_per_peer == 0
+            || self.stream.idle_timeout_secs == 0
         {
             return Err(invalid(
                 "stream",
-                "header_timeout_secs, max_pending_connections and max_pending_per_peer must be at \
-                 least 1"
+                "header_timeout_secs, max_pending_connections, max_pending_per_peer and \
+                 idle_timeout_secs must be at least 1"
                     .to_string(),
             ));
         }
@@ -608,6 +614,9 @@ mod tests {
 
         std::fs::write(drop.join("30-bad.toml"), "\n[stream]\nbogus = 1\n").unwrap();
         let err = Config::load(&main, false).unwrap_err().to_string();
-        assert!(err.contains("30-bad.toml:3") && err.contains("bogus"), "{err}");
+        assert!(
+            err.contains("30-bad.toml:3") && err.contains("bogus"),
+            "{err}"
+        );
     }
 }

@@ -250,3 +250,71 @@ async fn one_local_user_cannot_take_every_place() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+/// A session with no traffic for `[stream] idle_timeout_secs` is closed by crius (kubelet's
+/// streaming idle timeout); one with traffic stays open past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_are_closed() {
+    use crius_tests::streaming::Client;
+    const IDLE: u64 = 2;
+    let mut env = Env::with_config(98, &format!("[stream]\nidle_timeout_secs = {IDLE}\n")).await;
+    let pushed = env.pushed.clone();
+    env.image_ref = env.pull(&pushed.reference).await;
+    let config = env.pod_config("idle", false);
+    let pod = env.run_pod(config.clone()).await;
+    let c = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("box", &["sleep", "1000"]),
+        )
+        .await;
+    let url = env
+        .exec_url(ExecRequest {
+            container_id: c.clone(),
+            cmd: vec!["cat".into()],
+            stdin: true,
+            stdout: true,
+            ..Default::default()
+        })
+        .await;
+    let mut client = Client::connect(&url, &["v4.channel.k8s.io"]).await.unwrap();
+    let s = client.open_command(true, true, false, false).await.unwrap();
+    let stdin = s.stdin.unwrap();
+    let stdout = s.stdout.unwrap();
+
+    // Traffic every second keeps it open well past the idle timeout.
+    for i in 0..(IDLE * 2) {
+        let line = format!("line {i}\n");
+        client.write(stdin, line.as_bytes(), false).await.unwrap();
+        client
+            .read_until("the echo", Duration::from_secs(5), |c| {
+                String::from_utf8_lossy(&c.received(stdout).data).contains(&line)
+            })
+            .await
+            .unwrap();
+        assert!(!client.ended(stdout), "closed while in use");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // Silence: crius closes the session.
+    let quiet = Instant::now();
+    client
+        .read_until(
+            "the idle session to close",
+            Duration::from_secs(IDLE + 10),
+            |c| c.ended(stdout),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        quiet.elapsed() >= Duration::from_secs(IDLE - 1),
+        "closed after {:?} of silence",
+        quiet.elapsed()
+    );
+
+    env.stop(&c, 0).await;
+    env.remove(&c).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

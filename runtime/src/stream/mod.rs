@@ -22,6 +22,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod idle;
 pub mod peers;
 pub mod portforward;
 pub mod remotecommand;
@@ -86,6 +87,8 @@ impl PendingStream {
 /// The streaming server: its address once listening, and the prepared requests.
 pub struct StreamServer {
     base_url: OnceLock<String>,
+    /// How long a session may stay without traffic (`[stream] idle_timeout_secs`).
+    idle_timeout: OnceLock<Duration>,
     pending: Mutex<HashMap<String, (Instant, PendingStream)>>,
     stop: watch::Sender<bool>,
 }
@@ -94,6 +97,7 @@ impl Default for StreamServer {
     fn default() -> Self {
         StreamServer {
             base_url: OnceLock::new(),
+            idle_timeout: OnceLock::new(),
             pending: Mutex::new(HashMap::new()),
             stop: watch::channel(false).0,
         }
@@ -115,6 +119,9 @@ impl StreamServer {
     ) -> Result<SocketAddr, StreamError> {
         let (address, port) = (config.address.as_str(), config.port);
         let header_timeout = Duration::from_secs(config.header_timeout_secs);
+        let _ = self
+            .idle_timeout
+            .set(Duration::from_secs(config.idle_timeout_secs));
         let pending = Arc::new(tokio::sync::Semaphore::new(config.max_pending_connections));
         let per_peer = peers::PeerCounts::new(config.max_pending_per_peer);
         let ip: std::net::IpAddr = address
@@ -282,7 +289,7 @@ impl StreamServer {
         };
         tracing::debug!(kind, transport = "spdy", protocol = %chosen, "stream session");
         let protocol = chosen.clone();
-        when_upgraded(&mut req, |io| async move {
+        when_upgraded(&mut req, self.idle(), |io| async move {
             let session = session::Session::start(io);
             match request {
                 PendingStream::Command(target) => {
@@ -335,7 +342,7 @@ impl StreamServer {
         };
         tracing::debug!(kind, transport = "websocket", protocol = %chosen, "stream session");
         let protocol = chosen.clone();
-        when_upgraded(&mut req, |io| async move {
+        when_upgraded(&mut req, self.idle(), |io| async move {
             match request {
                 PendingStream::Command(target) => {
                     let channels = remotecommand::channels(&target, &protocol);
@@ -358,16 +365,29 @@ impl StreamServer {
     }
 }
 
-/// Run `serve` on the connection of `req` once hyper hands it over after the 101 answer.
-fn when_upgraded<F, Fut>(req: &mut Request<Body>, serve: F)
+/// The connection of a session: the upgraded socket, ended after `idle_timeout` without traffic.
+type SessionIo = idle::IdleTimeout<TokioIo<hyper::upgrade::Upgraded>>;
+
+impl StreamServer {
+    fn idle(&self) -> Duration {
+        self.idle_timeout
+            .get()
+            .copied()
+            .unwrap_or(Duration::from_secs(4 * 3600))
+    }
+}
+
+/// Run `serve` on the connection of `req` once hyper hands it over after the 101 answer; the
+/// connection ends after `idle` without traffic.
+fn when_upgraded<F, Fut>(req: &mut Request<Body>, idle: Duration, serve: F)
 where
-    F: FnOnce(TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
+    F: FnOnce(SessionIo) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
     let on_upgrade = hyper::upgrade::on(req);
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(io) => serve(TokioIo::new(io)).await,
+            Ok(io) => serve(idle::IdleTimeout::new(TokioIo::new(io), idle)).await,
             Err(e) => tracing::debug!("stream upgrade failed: {e}"),
         }
     });

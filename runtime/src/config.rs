@@ -41,6 +41,10 @@ conf_dir = "/etc/cni/net.d"
 bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
 # Seconds one CNI plugin call may take before it is killed.
 plugin_timeout_secs = 60
+# A network config template: when kubelet sends the node's pod CIDR (UpdateRuntimeConfig) and
+# conf_dir has no network config, conf_dir/10-crius-pod-cidr.conflist is written from it with
+# {{.PodCIDR}}, {{.PodCIDRRanges}} and {{.Routes}} filled in. Empty: no template.
+conf_template = ""
 
 [cgroup]
 # Who manages pod and container cgroups: "cgroupfs" (crius writes /sys/fs/cgroup itself) or
@@ -136,6 +140,7 @@ pub struct CniConfig {
     pub conf_dir: PathBuf,
     pub bin_dirs: Vec<PathBuf>,
     pub plugin_timeout_secs: u64,
+    pub conf_template: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,6 +202,7 @@ impl Default for CniConfig {
             conf_dir: PathBuf::from("/etc/cni/net.d"),
             bin_dirs: vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")],
             plugin_timeout_secs: 60,
+            conf_template: PathBuf::new(),
         }
     }
 }

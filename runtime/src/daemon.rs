@@ -134,6 +134,7 @@ impl Daemon {
             tracing::warn!("user-namespaced pods are not supported here: {why}");
         }
         let _ = self.userns.set(userns);
+        self.network_from_kept_cidr();
         self.recover_containers().await;
         self.recover_pods().await;
         self.streams

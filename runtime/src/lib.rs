@@ -10,6 +10,7 @@ pub mod error;
 pub mod logging;
 pub mod mounts;
 pub mod pod;
+pub mod pod_cidr;
 pub mod records;
 pub mod server;
 pub mod service;

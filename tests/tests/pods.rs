@@ -726,3 +726,85 @@ async fn sandbox_status_carries_its_containers_and_a_timestamp_in_seconds() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+/// UpdateRuntimeConfig with the node's pod CIDR: kept across restarts, and with `[cni]
+/// conf_template` set and no network config yet, a network config is written from the template
+/// and pods get addresses from that CIDR. A bad CIDR is InvalidArgument; none is a no-op.
+#[tokio::test]
+async fn pod_cidr_fills_the_network_template() {
+    let mut env = Env::new(18).await;
+    let conf_dir = env.net_path("net.d");
+    let template = env.net_path("template.conflist");
+    let text = env
+        .bridge_conflist()
+        .replace("[[{\"subnet\": \"10.88.18.0/24\"}]]", "{{.PodCIDRRanges}}")
+        .replace("[{\"dst\": \"0.0.0.0/0\"}]", "{{.Routes}}");
+    assert!(text.contains("{{.PodCIDRRanges}}") && text.contains("{{.Routes}}"));
+    std::fs::write(&template, text).unwrap();
+    for e in std::fs::read_dir(&conf_dir).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let drop_in = env.crius.dir().join("config.d");
+    std::fs::create_dir_all(&drop_in).unwrap();
+    std::fs::write(
+        drop_in.join("template.toml"),
+        format!("[cni]\nconf_template = \"{}\"\n", template.display()),
+    )
+    .unwrap();
+    env.crius.restart().await.unwrap();
+
+    let network_ready = |env: &Env| {
+        let mut rt = env.rt();
+        async move {
+            let status = rt
+                .status(StatusRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+                .unwrap();
+            status
+                .conditions
+                .iter()
+                .any(|c| c.r#type == "NetworkReady" && c.status)
+        }
+    };
+    let update = |cidr: &str| {
+        let mut rt = env.rt();
+        let cidr = cidr.to_string();
+        async move {
+            rt.update_runtime_config(UpdateRuntimeConfigRequest {
+                runtime_config: Some(RuntimeConfig {
+                    network_config: Some(NetworkConfig { pod_cidr: cidr }),
+                }),
+            })
+            .await
+        }
+    };
+    assert!(!network_ready(&env).await);
+    assert_status(
+        update("10.88.18.0/33").await,
+        Code::InvalidArgument,
+        &["pod_cidr", "prefix length"],
+    );
+    update("").await.unwrap();
+    assert!(std::fs::read_dir(&conf_dir).unwrap().next().is_none());
+
+    update("10.88.18.0/24").await.unwrap();
+    let written = conf_dir.join("10-crius-pod-cidr.conflist");
+    assert!(written.is_file());
+    assert!(network_ready(&env).await);
+    let cidr = std::fs::read_to_string(env.crius.root().join("pod-cidr")).unwrap();
+    assert_eq!(cidr, "10.88.18.0/24");
+    let pod = env.run_pod(env.pod_config("from-template", false)).await;
+    let ip = env.pod_status(&pod).await.network.unwrap().ip;
+    assert!(ip.starts_with("10.88.18."), "{ip}");
+    env.remove_pod(&pod).await;
+
+    // Kept across a restart: the missing network config is written again at start.
+    std::fs::remove_file(&written).unwrap();
+    env.crius.restart().await.unwrap();
+    assert!(written.is_file(), "not written again at start");
+    assert!(network_ready(&env).await);
+    env.assert_no_leaks().await;
+}

@@ -231,7 +231,7 @@ cri_service! {
         runtime_config("RuntimeConfig", RuntimeConfigRequest) -> RuntimeConfigResponse
             => runtime_config::runtime_config;
         update_runtime_config("UpdateRuntimeConfig", UpdateRuntimeConfigRequest)
-            -> UpdateRuntimeConfigResponse => |_, _| not_yet("UpdateRuntimeConfig");
+            -> UpdateRuntimeConfigResponse => runtime_config::update_runtime_config;
 
         run_pod_sandbox("RunPodSandbox", RunPodSandboxRequest) -> RunPodSandboxResponse
             => sandbox::run;

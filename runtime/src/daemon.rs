@@ -40,6 +40,8 @@ pub struct Daemon {
     userns: std::sync::OnceLock<std::result::Result<(), String>>,
     /// A background retry of network releases that failed is under way.
     pub(crate) network_release_pending: std::sync::atomic::AtomicBool,
+    /// Lifecycle events for GetContainerEvents subscribers.
+    pub events: crate::events::Events,
 }
 
 impl Daemon {
@@ -114,6 +116,7 @@ impl Daemon {
             started_at: SystemTime::now(),
             userns: std::sync::OnceLock::new(),
             network_release_pending: std::sync::atomic::AtomicBool::new(false),
+            events: crate::events::Events::default(),
         }))
     }
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod container;
 pub mod daemon;
 pub mod error;
+pub mod events;
 pub mod logging;
 pub mod mounts;
 pub mod pod;

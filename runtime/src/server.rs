@@ -113,6 +113,7 @@ pub async fn serve(
     mut signals: StopSignals,
 ) -> anyhow::Result<()> {
     let streams = Arc::clone(&daemon.streams);
+    let events_of = Arc::clone(&daemon);
     let service = CriService::new(daemon);
     let runtime = RuntimeServiceServer::new(service.clone())
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
@@ -149,8 +150,14 @@ pub async fn serve(
 
     let result = tokio::select! {
         r = &mut server => r.context("grpc server"),
-        _ = signals.term.recv() => stop(&mut server, stop_tx, &health, "SIGTERM").await,
-        _ = signals.int.recv() => stop(&mut server, stop_tx, &health, "SIGINT").await,
+        _ = signals.term.recv() => {
+            events_of.events.close();
+            stop(&mut server, stop_tx, &health, "SIGTERM").await
+        }
+        _ = signals.int.recv() => {
+            events_of.events.close();
+            stop(&mut server, stop_tx, &health, "SIGINT").await
+        }
     };
     streams.stop();
     if let Err(e) = std::fs::remove_file(&path) {

@@ -17,7 +17,9 @@ use std::time::Duration;
 use crius_api::shim::{
     ContainerInfo as ShimContainerInfo, ContainerStatus as ShimStatus, ExitInfo,
 };
-use crius_api::v1::{ContainerConfig, LinuxContainerResources, PodSandboxConfig};
+use crius_api::v1::{
+    ContainerConfig, ContainerEventType, LinuxContainerResources, PodSandboxConfig,
+};
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
 
@@ -325,6 +327,8 @@ impl Daemon {
                 // Followed from now on, not only once started: a created container whose shim
                 // dies is reported exited, with the reason.
                 self.watch_exit(pod.id.clone(), id.clone());
+                self.events
+                    .emit(ContainerEventType::ContainerCreatedEvent, &id, &pod.id);
                 Ok(id)
             }
             Err(e) => {
@@ -528,6 +532,11 @@ impl Daemon {
             r.started_at = started_at;
             r.pid = u32::try_from(pid).ok();
         })?;
+        self.events.emit(
+            ContainerEventType::ContainerStartedEvent,
+            &c.id,
+            &c.sandbox_id,
+        );
         Ok(())
     }
 
@@ -624,10 +633,12 @@ impl Daemon {
     /// Records that container `id` ended in a way nobody saw (exit code 255, reason `Error`,
     /// `message` saying why), unless its exit is recorded already.
     fn record_lost_exit(&self, id: &str, message: &str) {
+        let mut ended_in = None;
         let written = self.containers.update(&self.store, id, |r| {
             if r.state == ContainerState::Exited {
                 return;
             }
+            ended_in = Some(r.sandbox_id.clone());
             r.state = ContainerState::Exited;
             r.finished_at = now_nanos();
             r.exit_code = 255;
@@ -637,13 +648,19 @@ impl Daemon {
         if let Err(e) = written {
             tracing::error!(container = id, "record an exit nobody saw ({message}): {e}");
         }
+        if let Some(pod) = ended_in {
+            self.events
+                .emit(ContainerEventType::ContainerStoppedEvent, id, &pod);
+        }
     }
 
     fn record_exit(&self, id: &str, exit: &ExitInfo) {
+        let mut ended_in = None;
         let res = self.containers.update(&self.store, id, |r| {
             if r.state == ContainerState::Exited {
                 return;
             }
+            ended_in = Some(r.sandbox_id.clone());
             r.state = ContainerState::Exited;
             r.finished_at = exit.finished_at_unix_nano;
             r.exit_code = exit.exit_code;
@@ -654,6 +671,10 @@ impl Daemon {
         });
         if let Err(e) = res {
             tracing::error!(container = id, "record exit: {e}");
+        }
+        if let Some(pod) = ended_in {
+            self.events
+                .emit(ContainerEventType::ContainerStoppedEvent, id, &pod);
         }
     }
 
@@ -773,6 +794,10 @@ impl Daemon {
         }
         self.store.release_name(&c.name, id)?;
         self.containers.remove(&self.store, id)?;
+        if c.state != ContainerState::Creating {
+            self.events
+                .emit(ContainerEventType::ContainerDeletedEvent, id, &c.sandbox_id);
+        }
         Ok(())
     }
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crius_api::v1::{NamespaceMode, PodSandboxConfig};
+use crius_api::v1::{ContainerEventType, NamespaceMode, PodSandboxConfig};
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
 
@@ -269,6 +269,10 @@ impl Daemon {
         match self.setup_pod(record, &config, ipc_mode, id_maps).await {
             Ok(()) => {
                 self.watch_pod(id.clone());
+                self.events
+                    .emit(ContainerEventType::ContainerCreatedEvent, &id, &id);
+                self.events
+                    .emit(ContainerEventType::ContainerStartedEvent, &id, &id);
                 Ok(id)
             }
             Err(e) => {
@@ -442,14 +446,20 @@ impl Daemon {
         }
         self.release_network(&record).await?;
         mounts::unmount(&PodPaths::new(&self.config.state, id).shm)?;
+        let mut stopped_now = false;
         self.sandboxes.update(&self.store, id, |r| {
             if r.state != SandboxState::Creating {
+                stopped_now = r.state == SandboxState::Ready;
                 r.state = SandboxState::NotReady;
             }
             r.network_error = None;
             r.netns = None;
             r.ips.clear();
         })?;
+        if stopped_now {
+            self.events
+                .emit(ContainerEventType::ContainerStoppedEvent, id, id);
+        }
         Ok(())
     }
 
@@ -540,6 +550,10 @@ impl Daemon {
         }
         self.store.release_name(&record.name, id)?;
         self.sandboxes.remove(&self.store, id)?;
+        if record.state != SandboxState::Creating {
+            self.events
+                .emit(ContainerEventType::ContainerDeletedEvent, id, id);
+        }
         Ok(())
     }
 
@@ -662,6 +676,9 @@ impl Daemon {
                 }) {
                     tracing::error!(pod = %id, "record pod not ready: {e}");
                 }
+                daemon
+                    .events
+                    .emit(ContainerEventType::ContainerStoppedEvent, &id, &id);
             }
         });
     }

@@ -18,6 +18,7 @@ use crate::error::{self, Error};
 
 mod container;
 mod container_update;
+mod events;
 mod ids;
 mod image;
 mod runtime_config;
@@ -269,7 +270,7 @@ cri_service! {
         checkpoint_container("CheckpointContainer", CheckpointContainerRequest)
             -> CheckpointContainerResponse => |_, _| not_yet("CheckpointContainer");
         get_container_events("GetContainerEvents", GetEventsRequest)
-            -> BoxStream<ContainerEventResponse> => |_, _| not_yet("GetContainerEvents");
+            -> BoxStream<ContainerEventResponse> => events::get_container_events;
 
         exec_sync("ExecSync", ExecSyncRequest) -> ExecSyncResponse => container::exec_sync;
         exec("Exec", ExecRequest) -> ExecResponse => streaming::exec;

@@ -46,6 +46,27 @@ pub async fn status(
     req: PodSandboxStatusRequest,
 ) -> Result<PodSandboxStatusResponse> {
     let r = d.pod(&req.pod_sandbox_id)?;
+    let (status, containers_statuses) = pod_status(d, &r);
+    let mut info = HashMap::new();
+    if req.verbose {
+        info.insert("info".to_string(), verbose_info(&r));
+    }
+    // kubelet's Evented PLEG takes a set timestamp to mean the response carries the pod's
+    // containers too, and reads it in seconds: both must hold, or it starts copies of
+    // containers it thinks are missing.
+    Ok(PodSandboxStatusResponse {
+        status: Some(status),
+        info,
+        containers_statuses,
+        timestamp: now_nanos() / 1_000_000_000,
+    })
+}
+
+/// The CRI status of pod `r` and of every container of it, oldest first.
+pub(super) fn pod_status(
+    d: &Daemon,
+    r: &SandboxRecord,
+) -> (PodSandboxStatus, Vec<ContainerStatus>) {
     let config = r.config();
     let (network, pid, ipc) = namespace_modes(&config);
     let mut ips = r.ips.iter();
@@ -72,27 +93,15 @@ pub async fn status(
         annotations: config.annotations.clone(),
         runtime_handler: r.runtime_handler.clone(),
     };
-    let mut info = HashMap::new();
-    if req.verbose {
-        info.insert("info".to_string(), verbose_info(&r));
-    }
-    // kubelet's Evented PLEG takes a set timestamp to mean the response carries the pod's
-    // containers too, and reads it in seconds: both must hold, or it starts copies of
-    // containers it thinks are missing.
-    let mut containers_statuses: Vec<ContainerStatus> = d
+    let mut containers: Vec<ContainerStatus> = d
         .containers
         .all()
         .iter()
         .filter(|c| c.sandbox_id == r.id)
         .map(|c| super::container::container_status(d, c))
         .collect();
-    containers_statuses.sort_by_key(|c| c.created_at);
-    Ok(PodSandboxStatusResponse {
-        status: Some(status),
-        info,
-        containers_statuses,
-        timestamp: now_nanos() / 1_000_000_000,
-    })
+    containers.sort_by_key(|c| c.created_at);
+    (status, containers)
 }
 
 /// The debug view of a pod, as JSON (crictl inspectp prints it).

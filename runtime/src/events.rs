@@ -1,0 +1,116 @@
+//! Container and pod lifecycle events for `GetContainerEvents` (kubelet's Evented PLEG).
+//!
+//! Lifecycle code calls [`Events::emit`], which never waits: each subscriber has its own
+//! bounded queue ([`QUEUE`] events), and one that falls that far behind loses the oldest
+//! events, counted and logged, without holding up crius or the other subscribers. Events of a
+//! pod (its sandbox) carry the pod's id as `container_id`, as containerd's do.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crius_api::v1::ContainerEventType;
+use tokio::sync::broadcast;
+
+/// Events a subscriber may fall behind by before it loses the oldest.
+pub const QUEUE: usize = 1024;
+
+/// One lifecycle change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub kind: ContainerEventType,
+    /// The container, or the pod for an event of the pod itself.
+    pub id: String,
+    pub pod_id: String,
+    /// Nanoseconds since the epoch.
+    pub at: i64,
+}
+
+#[derive(Debug)]
+pub struct Events {
+    /// None once closed (crius is stopping): subscribers' streams then end.
+    tx: std::sync::Mutex<Option<broadcast::Sender<Event>>>,
+    dropped: AtomicU64,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events {
+            tx: std::sync::Mutex::new(Some(broadcast::channel(QUEUE).0)),
+            dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Events {
+    /// Tells every subscriber; nothing happens without one.
+    pub fn emit(&self, kind: ContainerEventType, id: &str, pod_id: &str) {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(tx) = tx.as_ref().filter(|tx| tx.receiver_count() > 0) else {
+            return;
+        };
+        let _ = tx.send(Event {
+            kind,
+            id: id.to_string(),
+            pod_id: pod_id.to_string(),
+            at: crate::util::now_nanos(),
+        });
+    }
+
+    /// A new subscriber, which sees the events from now on; None once closed.
+    pub fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        tx.as_ref().map(broadcast::Sender::subscribe)
+    }
+
+    /// Ends every subscriber's stream (crius is stopping: an open stream would hold up the
+    /// orderly stop until its grace time is over).
+    pub fn close(&self) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Counts events a slow subscriber lost.
+    pub fn lost(&self, n: u64) {
+        let total = self.dropped.fetch_add(n, Ordering::Relaxed) + n;
+        tracing::warn!(
+            lost = n,
+            total,
+            "a GetContainerEvents subscriber fell {QUEUE} events behind and lost the oldest"
+        );
+    }
+
+    /// Events lost by slow subscribers since start.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_slow_subscriber_loses_the_oldest_and_never_blocks() {
+        let events = Events::default();
+        events.emit(ContainerEventType::ContainerCreatedEvent, "nobody", "p");
+        let mut slow = events.subscribe().unwrap();
+        let mut fast = events.subscribe().unwrap();
+        for i in 0..QUEUE + 10 {
+            events.emit(
+                ContainerEventType::ContainerStartedEvent,
+                &i.to_string(),
+                "p",
+            );
+            assert_eq!(fast.recv().await.unwrap().id, i.to_string());
+        }
+        match slow.recv().await {
+            Err(broadcast::error::RecvError::Lagged(n)) => assert_eq!(n, 10),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(slow.recv().await.unwrap().id, "10");
+        events.close();
+        assert!(events.subscribe().is_none());
+        assert!(matches!(
+            fast.recv().await,
+            Err(broadcast::error::RecvError::Closed)
+        ));
+    }
+}

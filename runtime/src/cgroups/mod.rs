@@ -1267,7 +1267,7 @@ mod tests {
             cpu_quota: 20_000,
             cpu_shares: 512,
             memory_limit_in_bytes: 64 << 20,
-            cpuset_cpus: "0-1,3".into(),
+            cpuset_cpus: "0".into(),
             oom_score_adj: -999,
             ..Default::default()
         };

@@ -79,6 +79,10 @@ use serde::{Deserialize, Serialize};
 /// The version of this protocol; see the module documentation for the rules.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// How long the shim lets one libcontainer operation (a create, start or delete, run by
+/// `crius-shim-helper`) take before it kills the helper and answers with the failure.
+pub const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Largest frame either side accepts: two full 16 MiB exec outputs in base64 fit with room.
 pub const MAX_FRAME: usize = 64 << 20;
 
@@ -526,6 +530,12 @@ mod client {
     /// Time allowed for an ordinary call unless [`Client::with_timeout`] says otherwise.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
+    /// Time allowed for a call the shim serves with a helper (create, start, delete): longer
+    /// than the shim's own [`super::HELPER_TIMEOUT`], so that crius always hears how it ended
+    /// instead of giving up on an operation that goes on (on a loaded node a create took more
+    /// than 10 s), and well inside kubelet's 2-minute runtime request timeout.
+    pub const HELPER_CALL_TIMEOUT: Duration = Duration::from_secs(75);
+
     /// Extra time an `exec_sync` call allows past the exec's own timeout, for the shim to kill,
     /// reap and answer.
     const EXEC_MARGIN: Duration = Duration::from_secs(5);
@@ -645,7 +655,11 @@ mod client {
         /// Create a container; returns its init pid.
         pub async fn create_container(&self, req: CreateContainer) -> Result<i32, ClientError> {
             match self
-                .call("create_container", Op::CreateContainer(req), self.timeout)
+                .call(
+                    "create_container",
+                    Op::CreateContainer(req),
+                    self.timeout.max(HELPER_CALL_TIMEOUT),
+                )
                 .await?
             {
                 Reply::Created { pid } => Ok(pid),
@@ -656,7 +670,10 @@ mod client {
         /// Start a created container; returns its init pid.
         pub async fn start(&self, id: &str) -> Result<i32, ClientError> {
             let op = Op::Start { id: id.to_owned() };
-            match self.call("start", op, self.timeout).await? {
+            match self
+                .call("start", op, self.timeout.max(HELPER_CALL_TIMEOUT))
+                .await?
+            {
                 Reply::Started { pid } => Ok(pid),
                 _ => Err(self.unexpected("start")),
             }
@@ -678,7 +695,13 @@ mod client {
                 id: id.to_owned(),
                 force,
             };
-            self.done("delete", op).await
+            match self
+                .call("delete", op, self.timeout.max(HELPER_CALL_TIMEOUT))
+                .await?
+            {
+                Reply::Done => Ok(()),
+                _ => Err(self.unexpected("delete")),
+            }
         }
 
         /// Describe one container.

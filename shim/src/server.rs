@@ -39,7 +39,7 @@ const ORPHAN_EXIT_TTL: Duration = Duration::from_secs(5);
 
 /// A helper that has not reported after this long is killed (its request then fails), so a
 /// stuck libcontainer call cannot leave a container "creating" forever.
-const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
+use crius_api::shim::HELPER_TIMEOUT;
 
 /// Capacity asked for the pipes that carry a container's output to an attach session.
 const ATTACH_PIPE_SIZE: libc::c_int = 1 << 20;

@@ -873,6 +873,57 @@ async fn quick_exits_are_never_lost_to_the_start() {
     env.assert_no_leaks().await;
 }
 
+/// A container writing its log as fast as it can does not starve its shim's control socket:
+/// creating, starting and exec-ing into another container of the pod, and exec-ing into the
+/// flooding one, all answer (the times are printed, not asserted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_flood_leaves_the_shim_responsive() {
+    let mut env = Env::with_image(35).await;
+    let pod_config = env.pod_config("flood", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let flood = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("flood", &["yes", "a line of output"]),
+        )
+        .await;
+    let log = env.log_dir("flood").join("flood.log");
+    wait_for("the flood to fill its log", EXIT_LIMIT, || {
+        let big = std::fs::metadata(&log)
+            .map(|m| m.len() > (8 << 20))
+            .unwrap_or(false);
+        async move { big.then_some(()) }
+    })
+    .await;
+    let t = Instant::now();
+    let other = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("quiet", &["sleep", "100"]),
+        )
+        .await;
+    let create_start = t.elapsed();
+    let t = Instant::now();
+    let out = env.exec(&other, &["echo", "here"], 30).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "here\n");
+    let exec_quiet = t.elapsed();
+    let t = Instant::now();
+    let out = env.exec(&flood, &["echo", "also"], 30).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "also\n");
+    let exec_flood = t.elapsed();
+    let t = Instant::now();
+    env.status(&flood).await;
+    let status = t.elapsed();
+    println!(
+        "under a log flood: create+start {create_start:?}, exec (quiet) {exec_quiet:?}, \
+         exec (flooding) {exec_flood:?}, status {status:?}"
+    );
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
 /// `[runtime] max_container_log_line_size` reaches the shims: lines are cut at the configured
 /// size, not at the 16 KiB default.
 #[tokio::test]

@@ -334,7 +334,11 @@ impl Daemon {
             Err(e) => {
                 tracing::warn!(container = %id, "create failed, undoing: {e}");
                 if let Err(undo) = self.remove_container_by_id(&id).await {
-                    tracing::error!(container = %id, "undo of a failed create: {undo}");
+                    // The shim may still be busy with the create (crius gave up waiting): the
+                    // undo is retried until the shim has settled it, never forgotten.
+                    tracing::warn!(container = %id, "undo of a failed create, retrying: {undo}");
+                    let daemon = Arc::clone(self);
+                    tokio::spawn(async move { daemon.remove_interrupted(&id).await });
                 }
                 Err(e)
             }

@@ -605,6 +605,16 @@ impl Hierarchy {
         }
     }
 
+    /// The text of `cgroup`'s file `name`, which on v1 lives in `controller`'s hierarchy;
+    /// None when that is not mounted or the file cannot be read.
+    pub fn file(&self, controller: &str, cgroup: &str, name: &str) -> Option<String> {
+        let dir = match self {
+            Hierarchy::V1(h) => h.dir(controller, cgroup)?,
+            Hierarchy::V2(h) => h.dir(cgroup),
+        };
+        std::fs::read_to_string(dir.join(name)).ok()
+    }
+
     /// Whether the cgroup exists (in the memory hierarchy on v1).
     pub fn exists(&self, cgroup: &str) -> bool {
         match self {

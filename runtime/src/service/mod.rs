@@ -21,6 +21,7 @@ mod container_update;
 mod events;
 mod ids;
 mod image;
+mod metrics;
 mod runtime_config;
 mod sandbox;
 mod stats;
@@ -291,11 +292,11 @@ cri_service! {
         stream_pod_sandbox_stats("StreamPodSandboxStats", StreamPodSandboxStatsRequest)
             -> BoxStream<StreamPodSandboxStatsResponse> => stats::stream_pods;
         list_metric_descriptors("ListMetricDescriptors", ListMetricDescriptorsRequest)
-            -> ListMetricDescriptorsResponse => |_, _| not_yet("ListMetricDescriptors");
+            -> ListMetricDescriptorsResponse => metrics::descriptors;
         list_pod_sandbox_metrics("ListPodSandboxMetrics", ListPodSandboxMetricsRequest)
-            -> ListPodSandboxMetricsResponse => |_, _| not_yet("ListPodSandboxMetrics");
+            -> ListPodSandboxMetricsResponse => metrics::list;
         stream_pod_sandbox_metrics("StreamPodSandboxMetrics", StreamPodSandboxMetricsRequest)
-            -> BoxStream<StreamPodSandboxMetricsResponse> => |_, _| not_yet("StreamPodSandboxMetrics");
+            -> BoxStream<StreamPodSandboxMetricsResponse> => metrics::stream;
     }
 }
 

@@ -327,7 +327,7 @@ fn prune_cpu_samples(now: i64) {
 
 /// Bytes (allocated blocks) and inodes used under `dir`, each hard-linked inode counted once;
 /// `None` when `dir` does not exist. Entries that vanish during the walk are skipped.
-fn disk_usage(dir: &Path) -> Option<(u64, u64)> {
+pub(super) fn disk_usage(dir: &Path) -> Option<(u64, u64)> {
     let root = std::fs::symlink_metadata(dir).ok()?;
     let mut seen = HashSet::new();
     let (mut bytes, mut inodes) = (0u64, 0u64);

@@ -279,6 +279,27 @@ async fn image_volumes() {
         sh(&env, &id, "test -x /single/bin/busybox && echo ok").await,
         "ok"
     );
+    // ContainerStatus names each image volume's image by its digest (ImageSpec.image_ref).
+    let refs: Vec<(String, String)> = env
+        .status(&id)
+        .await
+        .mounts
+        .iter()
+        .map(|m| {
+            (
+                m.container_path.clone(),
+                m.image.as_ref().unwrap().image_ref.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refs,
+        [
+            ("/single".to_string(), env.image_ref.clone()),
+            ("/multi".to_string(), multi.config_digest.clone()),
+            ("/etc-only".to_string(), env.image_ref.clone()),
+        ]
+    );
     assert_eq!(
         sh(&env, &id, "test -x /multi/bin/busybox && echo ok").await,
         "ok"

@@ -100,6 +100,26 @@ pub async fn status(
 
 /// The CRI status of one container (`ContainerStatus`, and each of a pod's containers in
 /// `PodSandboxStatus`).
+/// The container's mounts, an image volume's with the digest (image id) of its image in
+/// `image.image_ref`, which kubelet reports as the volume's image (KEP-5365).
+fn mounts_with_image_refs(
+    d: &Daemon,
+    mounts: &[crius_api::v1::Mount],
+) -> Vec<crius_api::v1::Mount> {
+    let mut mounts = mounts.to_vec();
+    for m in &mut mounts {
+        let Some(spec) = m.image.as_mut().filter(|s| !s.image.is_empty()) else {
+            continue;
+        };
+        if spec.image_ref.is_empty() {
+            if let Ok(Some(image)) = d.images.get(&spec.image) {
+                spec.image_ref = image.id.clone();
+            }
+        }
+    }
+    mounts
+}
+
 pub(super) fn container_status(d: &Daemon, r: &ContainerRecord) -> ContainerStatus {
     let config = r.config();
     ContainerStatus {
@@ -116,7 +136,7 @@ pub(super) fn container_status(d: &Daemon, r: &ContainerRecord) -> ContainerStat
         message: r.message.clone(),
         labels: config.labels.clone(),
         annotations: config.annotations.clone(),
-        mounts: config.mounts.clone(),
+        mounts: mounts_with_image_refs(d, &config.mounts),
         log_path: r
             .log_path
             .as_ref()

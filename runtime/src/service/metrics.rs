@@ -685,11 +685,7 @@ fn filesystem(out: &mut Out, d: &Daemon, id: &str) {
     }
     if let Some(fs) = statvfs(&d.config.root) {
         let frsize = fs.f_frsize;
-        out.put(
-            "container_fs_limit_bytes",
-            &[&device],
-            fs.f_blocks * frsize,
-        );
+        out.put("container_fs_limit_bytes", &[&device], fs.f_blocks * frsize);
         out.put("container_fs_inodes_total", &[&device], fs.f_files);
         out.put("container_fs_inodes_free", &[&device], fs.f_ffree);
     }

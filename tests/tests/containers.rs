@@ -924,6 +924,49 @@ async fn a_log_flood_leaves_the_shim_responsive() {
     env.assert_no_leaks().await;
 }
 
+/// StreamContainers sends a long list in several messages (64 containers at most each), which
+/// together hold exactly what ListContainers does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_containers_sends_bounded_chunks() {
+    use tokio_stream::StreamExt as _;
+    let mut env = Env::with_image(36).await;
+    let pod_config = env.pod_config("many", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    for i in 0..70 {
+        env.create(
+            &pod,
+            &pod_config,
+            env.container_config(&format!("c{i}"), &["true"]),
+        )
+        .await;
+    }
+    let mut stream = env
+        .rt()
+        .stream_containers(StreamContainersRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut sizes = Vec::new();
+    let mut streamed = Vec::new();
+    while let Some(msg) = stream.next().await {
+        let msg = msg.unwrap();
+        sizes.push(msg.containers.len());
+        streamed.extend(msg.containers.into_iter().map(|c| c.id));
+    }
+    assert_eq!(sizes, [64, 6]);
+    let mut listed: Vec<String> = env
+        .list_containers(ContainerFilter::default())
+        .await
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    listed.sort();
+    streamed.sort();
+    assert_eq!(streamed, listed);
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
 /// `[runtime] max_container_log_line_size` reaches the shims: lines are cut at the configured
 /// size, not at the 16 KiB default.
 #[tokio::test]

@@ -209,8 +209,8 @@ pub async fn stream(
     d: &Arc<Daemon>,
     req: StreamContainersRequest,
 ) -> Result<BoxStream<StreamContainersResponse>> {
-    Ok(super::one_message(StreamContainersResponse {
-        containers: list_items(d, req.filter),
+    Ok(super::in_chunks(list_items(d, req.filter), |containers| {
+        StreamContainersResponse { containers }
     }))
 }
 

@@ -112,7 +112,9 @@ pub async fn stream(
     req: StreamImagesRequest,
 ) -> Result<BoxStream<StreamImagesResponse>> {
     let images = list_items(d, req.filter)?;
-    Ok(super::one_message(StreamImagesResponse { images }))
+    Ok(super::in_chunks(images, |images| StreamImagesResponse {
+        images,
+    }))
 }
 
 /// An unknown image is an empty response, not an error: kubelet asks before every pull.

@@ -339,8 +339,10 @@ pub async fn stream(
 ) -> Result<BoxStream<StreamPodSandboxMetricsResponse>> {
     let _ = req;
     let list = list(d, ListPodSandboxMetricsRequest {}).await?;
-    Ok(super::one_message(StreamPodSandboxMetricsResponse {
-        pod_sandbox_metrics: list.pod_metrics,
+    Ok(super::in_chunks(list.pod_metrics, |pod_sandbox_metrics| {
+        StreamPodSandboxMetricsResponse {
+            pod_sandbox_metrics,
+        }
     }))
 }
 

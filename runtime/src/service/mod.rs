@@ -192,10 +192,36 @@ pub fn labels_match(
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// A server stream that sends one message and ends: the `Stream*` list RPCs answer a whole
-/// list in one message, as their unary twins do.
-pub fn one_message<T: Send + 'static>(msg: T) -> BoxStream<T> {
-    Box::pin(futures::stream::once(async move { Ok(msg) }))
+/// Most items one message of a `Stream*` RPC carries.
+pub const CHUNK_ITEMS: usize = 64;
+/// Most encoded bytes of items one message carries (kubelet accepts 16 MiB messages).
+pub const CHUNK_BYTES: usize = 4 << 20;
+
+/// The answer of a `Stream*` list RPC: `items` in messages of at most [`CHUNK_ITEMS`] items
+/// and [`CHUNK_BYTES`] bytes (one item larger than that goes alone), made by `wrap`; an empty
+/// list is one empty message. That is why these RPCs exist: a node's whole list may not fit
+/// one message.
+pub fn in_chunks<I, T>(items: Vec<I>, wrap: impl Fn(Vec<I>) -> T) -> BoxStream<T>
+where
+    I: prost::Message,
+    T: Send + 'static,
+{
+    let mut messages = Vec::new();
+    let mut chunk = Vec::new();
+    let mut bytes = 0;
+    for item in items {
+        let len = item.encoded_len();
+        if !chunk.is_empty() && (chunk.len() == CHUNK_ITEMS || bytes + len > CHUNK_BYTES) {
+            messages.push(Ok(wrap(std::mem::take(&mut chunk))));
+            bytes = 0;
+        }
+        bytes += len;
+        chunk.push(item);
+    }
+    if !chunk.is_empty() || messages.is_empty() {
+        messages.push(Ok(wrap(chunk)));
+    }
+    Box::pin(futures::stream::iter(messages))
 }
 
 /// The handler of an RPC whose work has not landed yet.
@@ -320,6 +346,46 @@ cri_service! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn stream_answers_come_in_bounded_chunks() {
+        use crius_api::v1::KeyValue;
+        use futures::StreamExt as _;
+        let sizes = |items: Vec<KeyValue>| async move {
+            let chunks: Vec<usize> = in_chunks(items, |v| v.len())
+                .map(|r| r.unwrap_or(usize::MAX))
+                .collect()
+                .await;
+            chunks
+        };
+        let small = |n: usize| {
+            (0..n)
+                .map(|i| KeyValue {
+                    key: i.to_string(),
+                    value: vec![],
+                })
+                .collect()
+        };
+        assert_eq!(sizes(small(130)).await, [64, 64, 2]);
+        assert_eq!(
+            sizes(small(0)).await,
+            [0],
+            "an empty list is one empty message"
+        );
+        let big = |n: usize| {
+            (0..n)
+                .map(|_| KeyValue {
+                    key: String::new(),
+                    value: vec![0; CHUNK_BYTES / 2],
+                })
+                .collect()
+        };
+        assert_eq!(
+            sizes(big(5)).await,
+            [1, 1, 1, 1, 1],
+            "bytes bound a chunk too"
+        );
+    }
 
     #[test]
     fn grpc_timeouts_parse() {

@@ -162,7 +162,7 @@ pub async fn stream(
     req: StreamPodSandboxesRequest,
 ) -> Result<BoxStream<StreamPodSandboxesResponse>> {
     let items = list_items(d, req.filter);
-    Ok(super::one_message(StreamPodSandboxesResponse {
-        pod_sandboxes: items,
+    Ok(super::in_chunks(items, |pod_sandboxes| {
+        StreamPodSandboxesResponse { pod_sandboxes }
     }))
 }

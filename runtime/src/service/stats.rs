@@ -50,8 +50,8 @@ pub async fn stream_containers(
 ) -> Result<BoxStream<StreamContainerStatsResponse>> {
     let filter = req.filter.unwrap_or_default();
     let container_stats = blocking(d, move |d| list_container_stats(d, &filter)).await?;
-    Ok(super::one_message(StreamContainerStatsResponse {
-        container_stats,
+    Ok(super::in_chunks(container_stats, |container_stats| {
+        StreamContainerStatsResponse { container_stats }
     }))
 }
 
@@ -76,8 +76,8 @@ pub async fn stream_pods(
 ) -> Result<BoxStream<StreamPodSandboxStatsResponse>> {
     let filter = req.filter.unwrap_or_default();
     let pod_sandbox_stats = blocking(d, move |d| list_pod_stats(d, &filter)).await?;
-    Ok(super::one_message(StreamPodSandboxStatsResponse {
-        pod_sandbox_stats,
+    Ok(super::in_chunks(pod_sandbox_stats, |pod_sandbox_stats| {
+        StreamPodSandboxStatsResponse { pod_sandbox_stats }
     }))
 }
 

@@ -9,7 +9,7 @@
 //! bridge or subnet (cni-glue's tests use 10.88.200 and up). Numbers in use: `pods.rs` 10–19,
 //! `containers.rs` 20–39, `restart.rs` 40–59, `security.rs` 60–79, others 80 and up
 //! (`grpc_clients.rs` 1–2, `userns_root.rs` 3–4, `image_volumes.rs` 5–6, `containers.rs` also
-//! 32–35, `userns.rs` 8, 88–89, `hostname.rs` 17 and 81, `stream_limits.rs` 93–94 and 98,
+//! 32–36, `userns.rs` 8, 88–89, `hostname.rs` 17 and 81, `stream_limits.rs` 93–94 and 98,
 //! `validation.rs` 95–96, `registry_credentials.rs` 53, `restart.rs` also 57, `pods.rs` also 18, `events.rs` 19, `metrics.rs` 7, `cgroup_parent.rs` 54–55,
 //! `working_dir.rs` 97, `crash_windows.rs` 49 and 56).
 //!

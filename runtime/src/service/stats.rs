@@ -157,9 +157,16 @@ fn container_stats(d: &Daemon, c: &ContainerRecord, pod: Option<&SandboxRecord>)
     let cg = pod
         .filter(|_| live)
         .and_then(|p| cgroup_stats(d.container_cgroup_path(p, &c.id)));
-    let (cpu, memory, swap) = match &cg {
+    let (mut cpu, mut memory, swap) = match &cg {
         Some(s) => usage(&format!("container:{}", c.id), s, now),
         None => (None, None, None),
+    };
+    let io = match (pod.filter(|_| live), &cg) {
+        (Some(p), Some(_)) => {
+            let path = d.container_cgroup_path(p, &c.id).ok();
+            pressure(path.as_deref(), &mut cpu, &mut memory, now)
+        }
+        _ => None,
     };
     let layer = ContainerPaths::new(&d.config.root, &d.config.state, &c.id)
         .layer
@@ -183,7 +190,7 @@ fn container_stats(d: &Daemon, c: &ContainerRecord, pod: Option<&SandboxRecord>)
         memory,
         writable_layer,
         swap,
-        io: None,
+        io,
     }
 }
 
@@ -191,9 +198,16 @@ fn pod_stats(d: &Daemon, pod: &SandboxRecord) -> PodSandboxStats {
     let config = pod.config();
     let now = now_nanos();
     let cg = cgroup_stats(d.pod_cgroup_path(pod));
-    let (cpu, memory, _) = match &cg {
+    let (mut cpu, mut memory, _) = match &cg {
         Some(s) => usage(&format!("pod:{}", pod.id), s, now),
         None => (None, None, None),
+    };
+    let io = match &cg {
+        Some(_) => {
+            let path = d.pod_cgroup_path(pod).ok();
+            pressure(path.as_deref(), &mut cpu, &mut memory, now)
+        }
+        None => None,
     };
     let process = cg.as_ref().and_then(|s| s.pids).map(|n| ProcessUsage {
         timestamp: now,
@@ -226,10 +240,62 @@ fn pod_stats(d: &Daemon, pod: &SandboxRecord) -> PodSandboxStats {
             network,
             process,
             containers,
-            io: None,
+            io,
         }),
         windows: None,
     }
+}
+
+/// Pressure stall information of cgroup `path` (cgroup v2 with PSI: `cpu.pressure`,
+/// `memory.pressure`, `io.pressure`) into `cpu` and `memory`; the io one is returned as the
+/// `IoUsage`. Nothing on cgroup v1 or a kernel without PSI.
+fn pressure(
+    path: Option<&str>,
+    cpu: &mut Option<CpuUsage>,
+    memory: &mut Option<MemoryUsage>,
+    now: i64,
+) -> Option<IoUsage> {
+    let path = path?;
+    let h = Hierarchy::host().ok()?;
+    if !matches!(h, Hierarchy::V2(_)) {
+        return None;
+    }
+    let read = |file: &str| h.file("", path, file).and_then(|t| psi(&t));
+    if let Some(cpu) = cpu.as_mut() {
+        cpu.psi = read("cpu.pressure");
+    }
+    if let Some(memory) = memory.as_mut() {
+        memory.psi = read("memory.pressure");
+    }
+    read("io.pressure").map(|psi| IoUsage {
+        timestamp: now,
+        psi: Some(psi),
+    })
+}
+
+/// A PSI file: `some` and `full` lines of `avg10=… avg60=… avg300=… total=<µs>`; the total
+/// becomes nanoseconds.
+fn psi(text: &str) -> Option<PsiStats> {
+    let line = |kind: &str| -> Option<PsiData> {
+        let rest = text.lines().find_map(|l| l.strip_prefix(kind))?;
+        let mut data = PsiData::default();
+        for field in rest.split_whitespace() {
+            let (key, value) = field.split_once('=')?;
+            match key {
+                "avg10" => data.avg10 = value.parse().ok()?,
+                "avg60" => data.avg60 = value.parse().ok()?,
+                "avg300" => data.avg300 = value.parse().ok()?,
+                "total" => data.total = value.parse::<u64>().ok()?.saturating_mul(1000),
+                _ => {}
+            }
+        }
+        Some(data)
+    };
+    let some = line("some ")?;
+    Some(PsiStats {
+        full: line("full "),
+        some: Some(some),
+    })
 }
 
 fn u64_value(v: u64) -> Option<UInt64Value> {
@@ -396,6 +462,20 @@ Inter-|   Receive                                                |  Transmit
     lo:     120       2    0    0    0     0          0         0      120       2    0    0    0     0       0          0
   eth0:    5000      40    1    0    0     0          0         0     3000      30    2    0    0     0       0          0
 ";
+
+    #[test]
+    fn psi_files_parse() {
+        let p = psi("some avg10=1.50 avg60=0.25 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n").unwrap();
+        let some = p.some.unwrap();
+        assert_eq!((some.avg10, some.avg60, some.total), (1.5, 0.25, 1_234_000));
+        assert_eq!(p.full.unwrap().total, 5000);
+        // cpu.pressure of older kernels has no full line
+        assert!(psi("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+            .unwrap()
+            .full
+            .is_none());
+        assert!(psi("garbage").is_none());
+    }
 
     #[test]
     fn net_dev_gives_eth0_and_no_loopback() {

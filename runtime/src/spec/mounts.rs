@@ -104,8 +104,8 @@ pub(crate) fn host_cgroup_v1() -> bool {
 /// Why: libcontainer 0.7 builds the v1 cgroup mount from `/proc/<pid>/cgroup` where `<pid>` is
 /// the init's pid inside its PID namespace when its parent is outside it, read through the
 /// host's `/proc`. In a joined namespace that pid names an unrelated host process, or none:
-/// seen on a cgroup v1 test machine, the 8th container of a pod sharing its PID namespace failed with
-/// "failed to prepare rootfs" (`/proc/9` not found). Without a cgroup namespace the paths in
+/// seen on a cgroup v1 test machine, the 8th container of a pod sharing its PID namespace
+/// failed with "failed to prepare rootfs" (`/proc/9` not found). Without a cgroup namespace the paths in
 /// `/proc/self/cgroup` are the host's, so tools that join them with the mount points (JVMs,
 /// cAdvisor) find the container's own limits under this bind; other pods' cgroups are visible
 /// read-only.

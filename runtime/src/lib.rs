@@ -1,5 +1,5 @@
 //! crius: a Kubernetes CRI runtime. This crate is the daemon: configuration, the database, the
-//! gRPC services and the pod and container lifecycle. See DESIGN.md for the map.
+//! gRPC services and the pod and container lifecycle. See `docs/architecture.md` for the map.
 
 pub mod authority;
 pub mod cgroups;

@@ -196,8 +196,6 @@ impl Shims {
         }
     }
 
-    /// The pid of the pod's shim from its pid file, if that process is alive and is this pod's
-    /// shim (its command line names the pod's state dir: pids get reused).
     /// Follows the init of `id` (a container, or the pause: the pod's own id) in pod
     /// `pod_id`'s shim until it exits. `Some(Ok)` is its exit; `Some(Err)` says why nobody can
     /// tell ([`Lost`]); `None` means `still_watched` turned false first (the object was
@@ -234,6 +232,8 @@ impl Shims {
         }
     }
 
+    /// The pid of the pod's shim from its pid file, if that process is alive and is this pod's
+    /// shim (its command line names the pod's state dir: pids get reused).
     pub fn running_pid(&self, pod_id: &str) -> Option<i32> {
         let dir = self.state_dir(pod_id);
         let pid = std::fs::read_to_string(dir.join(crius_api::shim::PID_FILE))

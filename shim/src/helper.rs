@@ -40,7 +40,7 @@ pub const STDIO_FDS: [RawFd; 3] = [4, 5, 6];
 /// The helper's fd for the shim's log file.
 pub const LOG_FD: RawFd = 7;
 /// Set (to `1`) in the environment of a helper the shim spawned: only then are the fds above
-/// the shim's. A helper run by hand (crius cleaning up after a dead shim) may inherit
+/// the shim's. A helper run by hand (to clean up after a dead shim) may inherit
 /// unrelated descriptors at those numbers, from a wrapper such as flock(1) or a service
 /// manager, and must not write its report into them.
 pub const SPAWNED_ENV: &str = "CRIUS_SHIM_HELPER_FDS";

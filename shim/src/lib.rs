@@ -5,8 +5,9 @@
 //! protocol of [`crius_api::shim`] on `<state-dir>/control.sock` from one event loop
 //! ([`server`]). It owns the stdio of the pod's containers and writes the CRI log format
 //! ([`cri_log`]), runs exec processes and collects their output, reaps every exit and records
-//! it durably ([`exit_record`], with OOM kills from [`oom`]). It outlives crius: containers keep
-//! running and logging while crius restarts.
+//! it in a file that outlives the shim and crius, though not a machine crash ([`exit_record`],
+//! with OOM kills from [`oom`]). It outlives crius: containers keep running and logging while
+//! crius restarts.
 //!
 //! The long-lived `crius-shim` binary does not link libcontainer: creates and execs run in
 //! short-lived `crius-shim-helper` processes ([`helper`], [`libct`]; an exec joins the container

@@ -1,7 +1,7 @@
 //! A minimal blocking HTTP/1.1 client for a registry on the loopback interface.
 //!
-//! Why not `oci-client` or `reqwest`: the fixtures exist to check crius's own registry client
-//! (built on `oci-client`/hyper in `crius-image`). Pushing and reading back with a separate,
+//! Why not `reqwest` or crius's own client: the fixtures exist to check crius's registry client
+//! (its own, on hyper and rustls, in `crius-image`). Pushing and reading back with a separate,
 //! deliberately plain client keeps a bug in that stack from cancelling itself out, lets tests
 //! send exactly the bytes and media types they mean (Docker schema2, an index naming foreign
 //! platforms), and keeps this crate free of a TLS stack and an async runtime in the push path.

@@ -279,9 +279,9 @@ pub struct FetchedManifest {
 
 /// A blocking client for the parts of the distribution API the fixtures need.
 ///
-/// Built on a few lines of plain HTTP/1.1 rather than `oci-client`: crius pulls with its own
-/// client stack, and pushing/reading back with an independent one keeps a shared bug from
-/// passing unnoticed (see the `http` module).
+/// Built on a few lines of plain HTTP/1.1 rather than a registry client library: crius pulls
+/// with its own client stack (`crius_image::registry`), and pushing/reading back with an
+/// independent one keeps a shared bug from passing unnoticed (see the `http` module).
 #[derive(Debug, Clone)]
 pub struct RegistryClient {
     base: String,

@@ -132,7 +132,7 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
     }
     if !runtime_handler.is_empty() && runtime_handler != "crius" && runtime_handler != "runc" {
         return Err(Error::InvalidArgument(format!(
-            "runtime_handler {runtime_handler:?} is not configured (known: \"\", \"crius\")"
+            "runtime_handler {runtime_handler:?} is not configured (known: \"\", \"crius\", \"runc\")"
         )));
     }
     if config.hostname.len() > 64 || config.hostname.contains(['/', '\0', '\n']) {

@@ -1,7 +1,8 @@
-//! The CRI gRPC services. One file per RPC (`version.rs`, `sandbox_run.rs`, …), each a thin
-//! handler `async fn(&Arc<Daemon>, Request) -> Result<Response>`; this module routes every RPC
-//! through [`instrument`], the single place that opens the span, logs the call and its result,
-//! and maps errors to gRPC statuses.
+//! The CRI gRPC services. One file per group of RPCs (`sandbox.rs`, `container.rs`,
+//! `container_update.rs`, `image.rs`, `streaming.rs`, `stats.rs`, `status.rs`, `version.rs`,
+//! `runtime_config.rs`), each RPC a thin handler `async fn(&Arc<Daemon>, Request) ->
+//! Result<Response>`; this module routes every RPC through [`instrument`], the single place that
+//! opens the span, logs the call and its result, and maps errors to gRPC statuses.
 
 use std::future::Future;
 use std::sync::Arc;

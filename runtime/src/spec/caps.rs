@@ -74,8 +74,9 @@ const ALL_CAPS: [(Capability, u32); 41] = [
 
 /// Every capability the running kernel knows (`/proc/sys/kernel/cap_last_cap`) that crius
 /// itself holds (`CapEff` of `/proc/self/status`), as containerd does: a container cannot be
-/// given a capability its runtime lacks (this node's root has no CAP_SYS_RESOURCE, and asking
-/// for it fails the create with EPERM). Every known one when the files cannot be read.
+/// given a capability its runtime lacks (where crius's root has no CAP_SYS_RESOURCE, as on
+/// some VMs and nested setups, asking for it fails the create with EPERM). Every known one
+/// when the files cannot be read.
 pub(crate) fn all_caps() -> Capabilities {
     let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()

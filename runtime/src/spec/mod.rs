@@ -26,16 +26,17 @@
 //!   [`seccomp::for_libcontainer`]: it reads masked-equality arguments the other way round
 //!   from runc); hand the spec to libcontainer, not to runc.
 //! - `oom_score_adj` is written as requested (the pause gets -998); `pod::write_spec` clamps it
-//!   to what crius may set: without CAP_SYS_RESOURCE (this node) nothing below crius's own
-//!   value, so a container asking for -500 runs with crius's score (0 here).
+//!   to what crius may set: on a node where crius lacks CAP_SYS_RESOURCE, nothing below crius's
+//!   own value, so a container asking for -500 runs with crius's score (usually 0).
 //!
 //! # Defaults worth knowing
 //! - Seccomp unset in both the `seccomp` and the deprecated `seccomp_profile_path` fields means
 //!   unconfined: kubelet's default (it sends `RuntimeDefault` explicitly when asked to).
 //! - Masked/read-only paths: see `security::masked_and_readonly` for how an empty list is read.
-//! - No cgroup namespace is created (this node runs cgroup v1). A container joining an existing
-//!   PID namespace gets the host's cgroup v1 tree bound read-only instead of libcontainer's
-//!   cgroup mount (see `mounts::host_cgroup_bind` for the libcontainer bug).
+//! - No cgroup namespace is created, on cgroup v1 and v2 hosts alike. On a cgroup v1 host a
+//!   container joining an existing PID namespace gets the host's cgroup v1 tree bound read-only
+//!   instead of libcontainer's cgroup mount (see `mounts::host_cgroup_bind` for the
+//!   libcontainer bug); on v2 it keeps libcontainer's mount.
 //! - `ALL` capabilities and privileged containers get the capabilities crius holds, not every
 //!   one the kernel knows; naming one crius lacks is an `InvalidArgument`.
 //! - libcontainer 0.7 ignores per-mount propagation options on binds; each bind gets the
@@ -54,8 +55,10 @@
 //!
 //! # Refused with `InvalidArgument`
 //! - Image volumes (`Mount.image`) not resolved by the caller to a host path.
-//! - Named AppArmor profiles and SELinux labels (this node has neither LSM; crius applies
-//!   neither yet); `RuntimeDefault`/unconfined run without one.
+//! - Named AppArmor profiles (crius loads none yet, with or without AppArmor on the node);
+//!   `RuntimeDefault`/unconfined/unset run without a profile.
+//! - SELinux labels on a node with SELinux enabled (crius applies none yet); without SELinux
+//!   they are ignored with a debug log (see `security::check_selinux`).
 
 mod caps;
 pub mod cdi;

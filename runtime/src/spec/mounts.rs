@@ -104,8 +104,8 @@ pub(crate) fn host_cgroup_v1() -> bool {
 /// Why: libcontainer 0.7 builds the v1 cgroup mount from `/proc/<pid>/cgroup` where `<pid>` is
 /// the init's pid inside its PID namespace when its parent is outside it, read through the
 /// host's `/proc`. In a joined namespace that pid names an unrelated host process, or none:
-/// checked on this node, the 8th container of a pod sharing its PID namespace failed with
-/// "failed to prepare rootfs" (`/proc/9` not found). Without a cgroup namespace the paths in
+/// seen on a cgroup v1 test machine, the 8th container of a pod sharing its PID namespace
+/// failed with "failed to prepare rootfs" (`/proc/9` not found). Without a cgroup namespace the paths in
 /// `/proc/self/cgroup` are the host's, so tools that join them with the mount points (JVMs,
 /// cAdvisor) find the container's own limits under this bind; other pods' cgroups are visible
 /// read-only.
@@ -210,13 +210,13 @@ impl RootPropagation {
 
 /// The CRI mounts as OCI bind mounts, with the root propagation they need.
 ///
-/// `propagation` PRIVATE → `rprivate` (root `private` when every mount is), HOST_TO_CONTAINER
-/// → `rslave` (root at least `slave`), BIDIRECTIONAL → `rshared` (root `shared`); `readonly` → `ro`, with `recursive_read_only`
-/// → `rro` (needs `readonly` and private propagation); `selinux_relabel` is ignored (this node
-/// has no SELinux). Host paths are used as given: the caller creates missing ones as
-/// directories (containerd does, mode 0755) before the container is created, and checks that a
-/// shared/slave mount's source really is shared/slave on the host if it wants to report that
-/// early.
+/// `propagation` PRIVATE → `rprivate` (root `private` when every mount is), HOST_TO_CONTAINER →
+/// `rslave` (root at least `slave`), BIDIRECTIONAL → `rshared` (root `shared`); `readonly` → `ro`,
+/// with `recursive_read_only` → `rro` (needs `readonly` and private propagation); `selinux_relabel`
+/// is ignored with a debug log on every node (crius applies no SELinux labels). Host paths are used
+/// as given: the caller creates missing ones as directories (containerd does, mode 0755) before the
+/// container is created, and checks that a shared/slave mount's source really is shared/slave on
+/// the host if it wants to report that early.
 pub(crate) fn cri_mounts(mounts: &[CriMount]) -> Result<(Vec<Mount>, RootPropagation)> {
     let mut out = Vec::with_capacity(mounts.len());
     let mut root = RootPropagation::Unchanged;

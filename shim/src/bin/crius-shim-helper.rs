@@ -2,9 +2,10 @@
 //! See `crius_shim::helper` for the command line and descriptors.
 //!
 //! Without fd 3 it reports on stdout (`{"Ok":{"pid":0}}` or `{"Err":{"message":"..."}}`, exit
-//! status 0 or 1), so crius can clean up after a shim that died, e.g.
+//! status 0 or 1), so what a shim that died left behind can be cleaned up by hand, e.g.
 //! `crius-shim-helper delete --root <shim-state>/runc --id <container>` (kills what is left in
-//! the container's cgroup, removes the cgroup and libcontainer's state).
+//! the container's cgroup, removes the cgroup and libcontainer's state). crius itself does not
+//! run it: it kills a dead shim's processes through their cgroups (`runtime/src/pod/reap.rs`).
 
 use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};

@@ -283,7 +283,7 @@ pub(crate) fn cri_mounts(mounts: &[CriMount]) -> Result<(Vec<Mount>, RootPropaga
             tracing::debug!(
                 host_path = %m.host_path,
                 container_path = %m.container_path,
-                "selinux_relabel ignored: no SELinux on this node"
+                "selinux_relabel ignored: crius applies no SELinux labels"
             );
         }
         let mut builder = MountBuilder::default()

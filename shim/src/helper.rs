@@ -20,10 +20,11 @@
 //! | 4, 5, 6 | the container's stdin, stdout, stderr (create and exec, when given) |
 //! | 7 | the shim's log file (for libcontainer's events), when open |
 
+use std::ffi::OsString;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use nix::cmsg_space;
@@ -45,6 +46,179 @@ pub const LOG_FD: RawFd = 7;
 /// manager, and must not write its report into them.
 pub const SPAWNED_ENV: &str = "CRIUS_SHIM_HELPER_FDS";
 
+/// One libcontainer operation for a helper: what the shim asks and the helper parses, in one
+/// place, so the command line is written and read by the same code (and stays usable by hand).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelperCall {
+    /// libcontainer's state root (`<shim state>/runc`).
+    pub root: PathBuf,
+    /// The container.
+    pub id: String,
+    pub op: HelperOp,
+}
+
+/// The operations a helper runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HelperOp {
+    /// Create the container from `bundle`; with `console_dir`, on a terminal whose master is
+    /// received on a socket in that directory and reported back.
+    Create {
+        bundle: PathBuf,
+        console_dir: Option<PathBuf>,
+    },
+    /// Let a created container's init run (hooks and the unusual cases; see
+    /// [`crate::libct_state`]).
+    Start,
+    /// Signal every process of the container's cgroup.
+    Kill { signal: i32 },
+    /// Remove the container's cgroup and libcontainer state.
+    Delete,
+    /// Run the OCI process in `process` (a JSON file) in the running container.
+    Exec { process: PathBuf },
+}
+
+impl HelperOp {
+    /// The operation's name on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Create { .. } => "create",
+            Self::Start => "start",
+            Self::Kill { .. } => "kill",
+            Self::Delete => "delete",
+            Self::Exec { .. } => "exec",
+        }
+    }
+}
+
+impl HelperCall {
+    /// The helper's command line: `<op> --root <root> --id <id> [op arguments]`.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            self.op.name().into(),
+            "--root".into(),
+            self.root.clone().into(),
+            "--id".into(),
+            self.id.clone().into(),
+        ];
+        match &self.op {
+            HelperOp::Create {
+                bundle,
+                console_dir,
+            } => {
+                args.push("--bundle".into());
+                args.push(bundle.clone().into());
+                if let Some(dir) = console_dir {
+                    args.push("--console-dir".into());
+                    args.push(dir.clone().into());
+                }
+            }
+            HelperOp::Kill { signal } => {
+                args.push("--signal".into());
+                args.push(signal.to_string().into());
+            }
+            HelperOp::Exec { process } => {
+                args.push("--process".into());
+                args.push(process.clone().into());
+            }
+            HelperOp::Start | HelperOp::Delete => {}
+        }
+        args
+    }
+
+    /// Read a command line written by [`Self::to_args`] (or typed by hand), without the
+    /// program name.
+    pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Self, String> {
+        let mut it = args.into_iter();
+        let op = it.next().ok_or("missing operation")?;
+        let mut root = None;
+        let mut id = None;
+        let mut bundle = None;
+        let mut console_dir = None;
+        let mut process = None;
+        let mut signal = None;
+        while let Some(flag) = it.next() {
+            let flag = flag.to_string_lossy().into_owned();
+            let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            match flag.as_str() {
+                "--root" => root = Some(PathBuf::from(value)),
+                "--id" => {
+                    id = Some(
+                        value
+                            .into_string()
+                            .map_err(|v| format!("--id: not UTF-8: {}", v.to_string_lossy()))?,
+                    )
+                }
+                "--bundle" => bundle = Some(PathBuf::from(value)),
+                "--console-dir" => console_dir = Some(PathBuf::from(value)),
+                "--process" => process = Some(PathBuf::from(value)),
+                "--signal" => {
+                    let text = value.to_string_lossy();
+                    signal = Some(
+                        text.parse::<i32>()
+                            .map_err(|e| format!("--signal {text:?}: {e}"))?,
+                    )
+                }
+                other => return Err(format!("unknown argument {other}")),
+            }
+        }
+        let (Some(root), Some(id)) = (root, id) else {
+            return Err("--root and --id are required".to_owned());
+        };
+        if id.is_empty() {
+            return Err("--id is empty".to_owned());
+        }
+        let op = match op.to_string_lossy().as_ref() {
+            "create" => HelperOp::Create {
+                bundle: bundle.ok_or("create needs --bundle")?,
+                console_dir,
+            },
+            "start" => HelperOp::Start,
+            "kill" => HelperOp::Kill {
+                signal: signal.ok_or("kill needs --signal")?,
+            },
+            "delete" => HelperOp::Delete,
+            "exec" => HelperOp::Exec {
+                process: process.ok_or("exec needs --process")?,
+            },
+            other => return Err(format!("unknown operation {other}")),
+        };
+        Ok(Self { root, id, op })
+    }
+}
+
+/// How the shim starts helpers and signals the processes it owns: the one place the shim's
+/// state machine touches other processes, so it can be driven without root by a fake (see
+/// `shim/tests/state_machine.rs`).
+pub trait Launcher {
+    /// Start a helper for `call`; `stdio` (the container's stdin, stdout, stderr) land on the
+    /// helper's [`STDIO_FDS`].
+    fn spawn(&mut self, call: &HelperCall, stdio: [Option<RawFd>; 3]) -> io::Result<Helper>;
+
+    /// Send `signal` to `pid`, a child of the shim that is not reaped yet (so the pid cannot
+    /// have been reused).
+    fn signal(&mut self, pid: i32, signal: i32) -> io::Result<()>;
+}
+
+/// The real [`Launcher`]: runs the `crius-shim-helper` binary.
+#[derive(Debug, Clone)]
+pub struct Spawner {
+    pub helper: PathBuf,
+}
+
+impl Launcher for Spawner {
+    fn spawn(&mut self, call: &HelperCall, stdio: [Option<RawFd>; 3]) -> io::Result<Helper> {
+        spawn(&self.helper, &call.to_args(), stdio)
+    }
+
+    fn signal(&mut self, pid: i32, signal: i32) -> io::Result<()> {
+        // SAFETY: kill(2) with a pid the caller owns and a signal number it validated.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 /// What a helper reports.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Outcome {
@@ -62,7 +236,7 @@ pub struct Helper {
 }
 
 /// Spawn `helper` with `args`; `stdio` fds (container stdin, stdout, stderr) land on 4, 5, 6.
-pub fn spawn(helper: &Path, args: &[&str], stdio: [Option<RawFd>; 3]) -> io::Result<Helper> {
+pub fn spawn(helper: &Path, args: &[OsString], stdio: [Option<RawFd>; 3]) -> io::Result<Helper> {
     let (parent_end, child_end) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -170,6 +344,11 @@ pub fn receive(chan: &OwnedFd) -> io::Result<Option<(Outcome, Option<OwnedFd>)>>
 
 /// Send the helper's report on [`REPORT_FD`] (in the helper).
 pub fn report(outcome: &Outcome, fd: Option<&OwnedFd>) -> io::Result<()> {
+    report_on(REPORT_FD, outcome, fd)
+}
+
+/// Send a helper's report on `chan` (a test's fake helper uses this too).
+pub fn report_on(chan: RawFd, outcome: &Outcome, fd: Option<&OwnedFd>) -> io::Result<()> {
     let bytes = serde_json::to_vec(outcome).map_err(io::Error::other)?;
     let iov = [IoSlice::new(&bytes)];
     let fds: Vec<RawFd> = fd.iter().map(|f| f.as_raw_fd()).collect();
@@ -178,7 +357,7 @@ pub fn report(outcome: &Outcome, fd: Option<&OwnedFd>) -> io::Result<()> {
     } else {
         vec![ControlMessage::ScmRights(&fds)]
     };
-    sendmsg::<()>(REPORT_FD, &iov, &cmsgs, MsgFlags::empty(), None)?;
+    sendmsg::<()>(chan, &iov, &cmsgs, MsgFlags::empty(), None)?;
     Ok(())
 }
 
@@ -191,4 +370,58 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(op: HelperOp) {
+        let call = HelperCall {
+            root: PathBuf::from("/run/crius/shims/p/runc"),
+            id: "c-1".to_owned(),
+            op,
+        };
+        let args = call.to_args();
+        assert_eq!(
+            HelperCall::parse(args.clone()),
+            Ok(call.clone()),
+            "{args:?}"
+        );
+    }
+
+    #[test]
+    fn every_operation_round_trips_through_the_command_line() {
+        round_trip(HelperOp::Create {
+            bundle: PathBuf::from("/b"),
+            console_dir: None,
+        });
+        round_trip(HelperOp::Create {
+            bundle: PathBuf::from("/b"),
+            console_dir: Some(PathBuf::from("/c d")),
+        });
+        round_trip(HelperOp::Start);
+        round_trip(HelperOp::Kill { signal: 15 });
+        round_trip(HelperOp::Delete);
+        round_trip(HelperOp::Exec {
+            process: PathBuf::from("/e/1.json"),
+        });
+    }
+
+    #[test]
+    fn a_hand_written_command_line_is_checked() {
+        let parse = |line: &str| HelperCall::parse(line.split(' ').map(OsString::from));
+        assert!(parse("delete --root /r --id c").is_ok());
+        assert!(parse("kill --root /r --id c")
+            .unwrap_err()
+            .contains("--signal"));
+        assert!(parse("create --root /r --id c")
+            .unwrap_err()
+            .contains("--bundle"));
+        assert!(parse("start --id c").unwrap_err().contains("--root"));
+        assert!(parse("frob --root /r --id c")
+            .unwrap_err()
+            .contains("unknown operation"));
+        assert!(parse("kill --root /r --id c --signal x").is_err());
+    }
 }

@@ -7,11 +7,13 @@
 //! the container's cgroup, removes the cgroup and libcontainer's state). crius itself does not
 //! run it: it kills a dead shim's processes through their cgroups (`runtime/src/pod/reap.rs`).
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
 
-use crius_shim::helper::{self, Outcome, LOG_FD, REPORT_FD, SPAWNED_ENV, STDIO_FDS};
+use crius_shim::helper::{
+    self, HelperCall, HelperOp, Outcome, LOG_FD, REPORT_FD, SPAWNED_ENV, STDIO_FDS,
+};
 use crius_shim::libct::{self, InitStdio};
 
 fn main() {
@@ -33,10 +35,11 @@ fn main() {
         // SAFETY: the shim placed its log file on LOG_FD for us; nothing else owns it.
         crius_shim::shim_log::init(unsafe { File::from_raw_fd(LOG_FD) });
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = run(&args);
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let op = args.first().map(|a| a.to_string_lossy().into_owned());
+    let result = run(args);
     if let Err(message) = &result {
-        tracing::warn!(target: "crius_shim::helper", op = ?args.first(), error = %message, "helper failed");
+        tracing::warn!(target: "crius_shim::helper", op = ?op, error = %message, "helper failed");
     }
     let (outcome, fd, code) = match result {
         Ok((pid, fd)) => (Outcome::Ok { pid }, fd, 0),
@@ -70,70 +73,28 @@ fn stdio(i: usize) -> Option<OwnedFd> {
     shim_fd_is_open(fd).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-struct Args {
-    op: String,
-    root: PathBuf,
-    id: String,
-    bundle: Option<PathBuf>,
-    process: Option<PathBuf>,
-    console_dir: Option<PathBuf>,
-    signal: i32,
-}
-
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut it = args.iter();
-    let op = it.next().ok_or("missing operation")?.clone();
-    let mut parsed = Args {
-        op,
-        root: PathBuf::new(),
-        id: String::new(),
-        bundle: None,
-        process: None,
-        console_dir: None,
-        signal: 0,
-    };
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?
-            .clone();
-        match flag.as_str() {
-            "--root" => parsed.root = value.into(),
-            "--id" => parsed.id = value,
-            "--bundle" => parsed.bundle = Some(value.into()),
-            "--process" => parsed.process = Some(value.into()),
-            "--console-dir" => parsed.console_dir = Some(value.into()),
-            "--signal" => parsed.signal = value.parse().map_err(|e| format!("--signal: {e}"))?,
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    if parsed.id.is_empty() || parsed.root.as_os_str().is_empty() {
-        return Err("--root and --id are required".to_owned());
-    }
-    Ok(parsed)
-}
-
-fn run(args: &[String]) -> Result<(i32, Option<OwnedFd>), String> {
-    let a = parse(args)?;
-    match a.op.as_str() {
-        "create" => {
-            let bundle = a.bundle.ok_or("create needs --bundle")?;
+fn run(args: Vec<OsString>) -> Result<(i32, Option<OwnedFd>), String> {
+    let call = HelperCall::parse(args)?;
+    let (root, id) = (&call.root, call.id.as_str());
+    match call.op {
+        HelperOp::Create {
+            bundle,
+            console_dir,
+        } => {
             let stdio = InitStdio {
                 stdin: stdio(0),
                 stdout: stdio(1),
                 stderr: stdio(2),
-                console_dir: a.console_dir,
+                console_dir,
             };
-            libct::create(&a.id, &bundle, &a.root, stdio)
+            libct::create(id, &bundle, root, stdio)
         }
-        "exec" => {
-            let process = a.process.ok_or("exec needs --process")?;
-            crius_shim::exec::exec(&a.root, &a.id, &process, [stdio(0), stdio(1), stdio(2)])
+        HelperOp::Exec { process } => {
+            crius_shim::exec::exec(root, id, &process, [stdio(0), stdio(1), stdio(2)])
                 .map_err(|e| libct::chain("exec", &e))
         }
-        "start" => libct::start(&a.root, &a.id).map(|()| (0, None)),
-        "kill" => libct::kill_all(&a.root, &a.id, a.signal).map(|()| (0, None)),
-        "delete" => libct::delete(&a.root, &a.id).map(|()| (0, None)),
-        other => Err(format!("unknown operation {other}")),
+        HelperOp::Start => libct::start(root, id).map(|()| (0, None)),
+        HelperOp::Kill { signal } => libct::kill_all(root, id, signal).map(|()| (0, None)),
+        HelperOp::Delete => libct::delete(root, id).map(|()| (0, None)),
     }
 }

@@ -167,11 +167,16 @@ impl Rig {
         await_answer(&mut self.shim, &mut self.client, &mut self.inbuf)
     }
 
-    /// Run the loop a few rounds and check that no answer came.
-    fn no_answer(&mut self) {
+    /// Run the loop a few rounds.
+    fn spin(&mut self) {
         for _ in 0..5 {
             self.shim.turn(5);
         }
+    }
+
+    /// Run the loop a few rounds and check that no answer came.
+    fn no_answer(&mut self) {
+        self.spin();
         let mut buf = [0u8; 65536];
         match self.client.read(&mut buf) {
             Ok(n) => self.inbuf.extend_from_slice(&buf[..n]),
@@ -411,9 +416,7 @@ fn a_second_start_while_one_runs_is_refused_and_a_failed_start_can_be_retried() 
     other
         .write_all(&encode_frame(&Request::new(Op::Start { id: "c".into() })).unwrap())
         .unwrap();
-    for _ in 0..5 {
-        rig.shim.turn(5);
-    }
+    rig.spin();
     other.set_nonblocking(true).unwrap();
     let mut buf = [0u8; 4096];
     let n = other.read(&mut buf).unwrap();
@@ -470,18 +473,14 @@ fn a_forced_delete_kills_the_init_and_waits_for_running_helpers() {
     deleter
         .write_all(&encode_frame(&Request::new(delete_op("c", true))).unwrap())
         .unwrap();
-    for _ in 0..5 {
-        rig.shim.turn(5);
-    }
+    rig.spin();
     assert!(rig.signalled().contains(&(init, libc::SIGKILL)));
     assert_eq!(rig.status("c"), ContainerStatus::Running, "until reaped");
     assert_eq!(rig.refused(exec_op("c")), ErrorKind::FailedPrecondition);
     rig.shim.process_exited(init, libc::SIGKILL);
     assert_eq!(rig.status("c"), ContainerStatus::Stopped);
     let before = rig.helpers();
-    for _ in 0..5 {
-        rig.shim.turn(5);
-    }
+    rig.spin();
     assert_eq!(
         rig.helpers(),
         before,
@@ -498,9 +497,7 @@ fn a_forced_delete_kills_the_init_and_waits_for_running_helpers() {
     let n = rig.helpers() - 1;
     assert_eq!(rig.helper(n).1, HelperOp::Delete);
     rig.report(n, Outcome::Ok { pid: 0 });
-    for _ in 0..5 {
-        rig.shim.turn(5);
-    }
+    rig.spin();
     deleter
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
@@ -566,20 +563,14 @@ fn an_exec_sync_whose_client_goes_away_is_killed() {
     prober
         .write_all(&encode_frame(&Request::new(exec_op("c"))).unwrap())
         .unwrap();
-    for _ in 0..5 {
-        rig.shim.turn(5);
-    }
+    rig.spin();
     let n = rig.helpers() - 1;
     drop(prober);
-    for _ in 0..5 {
-        rig.shim.turn(5);
-    }
+    rig.spin();
     // Its process is killed as soon as the helper names it.
     let pid = rig.fake.pid();
     rig.report(n, Outcome::Ok { pid });
-    for _ in 0..5 {
-        rig.shim.turn(5);
-    }
+    rig.spin();
     assert!(rig.signalled().contains(&(pid, libc::SIGKILL)));
 }
 
@@ -593,9 +584,7 @@ fn a_shim_terminated_during_a_create_deletes_the_container_once_created() {
     // SIGTERM to this thread, which the shim's signalfd reads.
     // SAFETY: signalling our own thread with a signal it blocks.
     unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGTERM) };
-    for _ in 0..5 {
-        rig.shim.turn(5);
-    }
+    rig.spin();
     assert!(rig.signalled().contains(&(running, libc::SIGKILL)));
     let init = rig.fake.pid();
     rig.report(n, Outcome::Ok { pid: init });

@@ -100,6 +100,14 @@ struct StreamHandoff {
     fds: Vec<(StreamFd, OwnedFd)>,
 }
 
+/// An exec that failed in the shim, before its process ran.
+fn exec_failed(id: &str, what: &str, e: &dyn std::fmt::Display) -> ShimError {
+    err(
+        ErrorKind::Internal,
+        format!("exec in container {id}: {what}: {e}"),
+    )
+}
+
 impl ExecJob {
     /// Its pending timers: the deadline (while it runs) and the end of the drain.
     pub(super) fn timers(&self) -> [Option<Instant>; 2] {
@@ -117,12 +125,7 @@ impl Shim {
         let id = req.id.clone();
         // Output is captured through pipes; a terminal would need a console socket.
         let process = self.exec_process(&id, req.process, false)?;
-        let internal = |what: &str, e: &dyn std::fmt::Display| {
-            err(
-                ErrorKind::Internal,
-                format!("exec in container {id}: {what}: {e}"),
-            )
-        };
+        let internal = |what: &str, e: &dyn std::fmt::Display| exec_failed(&id, what, e);
         let (out_r, out_w) = pipe().map_err(|e| internal("stdout pipe", &e))?;
         let (err_r, err_w) = pipe().map_err(|e| internal("stderr pipe", &e))?;
         set_nonblocking(out_r.as_raw_fd()).map_err(|e| internal("pipe", &e))?;
@@ -208,12 +211,7 @@ impl Shim {
         process: &serde_json::Value,
         id: &str,
     ) -> Result<PathBuf, ShimError> {
-        let internal = |what: &str, e: &dyn std::fmt::Display| {
-            err(
-                ErrorKind::Internal,
-                format!("exec in container {id}: {what}: {e}"),
-            )
-        };
+        let internal = |what: &str, e: &dyn std::fmt::Display| exec_failed(&id, what, e);
         let dir = self.cfg.state_dir.join("exec");
         let process_file = dir.join(format!("{exec_id}.json"));
         let bytes = serde_json::to_vec(process).map_err(|e| internal("encode process", &e))?;
@@ -232,12 +230,7 @@ impl Shim {
     pub(super) fn exec_stream(&mut self, token: Token, req: ExecStream) -> Result<(), ShimError> {
         let id = req.id.clone();
         let process = self.exec_process(&id, req.process, req.tty)?;
-        let internal = |what: &str, e: &dyn std::fmt::Display| {
-            err(
-                ErrorKind::Internal,
-                format!("exec in container {id}: {what}: {e}"),
-            )
-        };
+        let internal = |what: &str, e: &dyn std::fmt::Display| exec_failed(&id, what, e);
         // The process's ends (stdin, stdout, stderr) and crius's.
         let mut child: [Option<OwnedFd>; 3] = [None, None, None];
         let mut handoff = Vec::new();

@@ -211,7 +211,7 @@ impl Shim {
         process: &serde_json::Value,
         id: &str,
     ) -> Result<PathBuf, ShimError> {
-        let internal = |what: &str, e: &dyn std::fmt::Display| exec_failed(&id, what, e);
+        let internal = |what: &str, e: &dyn std::fmt::Display| exec_failed(id, what, e);
         let dir = self.cfg.state_dir.join("exec");
         let process_file = dir.join(format!("{exec_id}.json"));
         let bytes = serde_json::to_vec(process).map_err(|e| internal("encode process", &e))?;

@@ -1,6 +1,9 @@
 # crius: two commands on a fresh Debian 12 machine, as root.
 #   make run   installs what crius needs, builds release, starts crius in the foreground
 #   make test  installs what the tests need, builds, runs every test
+# Also: make unit (the tests that need neither root nor containers; building needs the
+#       packages `make deps-run` installs), make e2e (the integration and end-to-end tests
+#       only, as root), make lint (fmt, clippy, rustdoc).
 
 CARGO ?= cargo
 # Debian packages crius or its tests use at run time.
@@ -14,7 +17,7 @@ RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables 
 TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd \
                  python3-venv
 
-.PHONY: run test build build-release deps-run deps-test check-rust lint
+.PHONY: run test unit e2e build build-release deps-run deps-test check-rust lint
 
 run: deps-run build-release
 	./target/release/crius
@@ -23,6 +26,16 @@ run: deps-run build-release
 # crius, crius-shim and crius-shim-helper binaries, so those are built before the tests run.
 test: deps-test lint build
 	$(CARGO) test --workspace --no-fail-fast
+
+# Unit tests of every crate and the shim's state machine against a fake launcher: no root, no
+# containers, no network. Tests that need root say "skipped ...: needs root" and return.
+unit: check-rust
+	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test -p crius-shim --test state_machine
+
+# The integration and end-to-end tests (tests/, shim/tests/, image/tests/, ...): as root.
+e2e: deps-test build
+	$(CARGO) test --workspace --no-fail-fast --test '*'
 
 build: check-rust
 	$(CARGO) build --workspace --bins
@@ -33,6 +46,7 @@ build-release: check-rust
 lint: check-rust
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
 deps-run:
 	@./.ci/install-deps $(RUN_PACKAGES)

@@ -1,6 +1,6 @@
 //! A small registry client on hyper: per-host TLS settings from `hosts.toml`, the Basic and
 //! Bearer challenge flows (with username/password, `auth`, identity or registry tokens), and
-//! redirects. One [`Session`] serves one pull: it tries the hosts in order and caches tokens.
+//! redirects. One `Session` serves one pull: it tries the hosts in order and caches tokens.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -9,5 +9,4 @@ pub mod runtime {
 
 pub use runtime::v1;
 
-/// The crius-shim control protocol: frames, requests, responses and (feature `client`) the async client.
 pub mod shim;

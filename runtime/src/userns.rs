@@ -320,7 +320,7 @@ fn blocked(path: &Path, meta: &std::fs::Metadata, uid: u32, gid: u32, what: &str
     )
 }
 
-/// Whether a process of `uid`/`gid` (see [`bits_for`]) reaches `dirs` and may search them, and
+/// Whether a process of `uid`/`gid` (see `bits_for`) reaches `dirs` and may search them, and
 /// reaches `exe` and may run it: what a user-namespaced pod's root does when its pause starts
 /// (the pod's files and bundles are under `state`, its containers' layers under `root`). The
 /// error names the first directory from `/` down that stops it. Symbolic links on the way are
@@ -558,6 +558,11 @@ mod tests {
 
     #[test]
     fn reachable_names_the_first_blocking_directory_and_open_own_opens_only_its_users() {
+        if !crate::test_support::is_root(
+            "reachable_names_the_first_blocking_directory_and_open_own_opens_only_its_users",
+        ) {
+            return;
+        }
         use std::os::unix::fs::PermissionsExt;
         let set = |p: &Path, mode: u32| {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()

@@ -112,8 +112,9 @@ pub mod multi_layer {
 
 /// What [`TestImage::Volumes`] declares and holds.
 ///
-/// Its config declares [`DECLARED`] as `Volumes`; its top layer has `/data` (mode 0750, owned by
-/// [`USER_UID`]:[`USER_GID`]) with a file, a subdirectory and a relative symlink, and
+/// Its config declares [`DECLARED`](volumes::DECLARED) as `Volumes`; its top layer has `/data`
+/// (mode 0750, owned by [`USER_UID`]:[`USER_GID`]) with a file, a subdirectory and a relative
+/// symlink, and
 /// `/not-a-dir` as a plain file. `/empty` is declared but absent from the layers.
 pub mod volumes {
     /// The `Volumes` keys of the image config (as an image might write them).

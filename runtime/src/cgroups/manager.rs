@@ -209,6 +209,9 @@ mod tests {
 
     #[test]
     fn connect_start_and_stop_against_a_fake_manager() {
+        if !crate::test_support::is_root("connect_start_and_stop_against_a_fake_manager") {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("private");
         let server = fake_manager(&socket, 3, "done");
@@ -236,6 +239,9 @@ mod tests {
 
     #[test]
     fn a_failed_start_job_is_an_error_naming_the_unit() {
+        if !crate::test_support::is_root("a_failed_start_job_is_an_error_naming_the_unit") {
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("private");
         let server = fake_manager(&socket, 1, "failed");

@@ -158,8 +158,8 @@ fn stat_at(dir: RawFd, name: &CString) -> io::Result<libc::stat> {
 /// Owner, mode and times of the entry `name` in `dir` from `st`, without following a symlink.
 /// The mode goes after the owner: chown clears set-id bits.
 fn set_attrs(dir: RawFd, name: &CString, st: &libc::stat, symlink: bool) -> io::Result<()> {
-    // SAFETY (all three calls): *at calls on a directory descriptor we own with a
-    // NUL-terminated name; they read only the values passed.
+    // SAFETY: an *at call on a directory descriptor we own with a NUL-terminated name; it
+    // reads only the values passed.
     check(unsafe {
         libc::fchownat(
             dir,
@@ -170,6 +170,7 @@ fn set_attrs(dir: RawFd, name: &CString, st: &libc::stat, symlink: bool) -> io::
         )
     })?;
     if !symlink {
+        // SAFETY: as fchownat above.
         check(unsafe { libc::fchmodat(dir, name.as_ptr(), st.st_mode & 0o7777, 0) })?;
     }
     let times = [
@@ -182,6 +183,7 @@ fn set_attrs(dir: RawFd, name: &CString, st: &libc::stat, symlink: bool) -> io::
             tv_nsec: st.st_mtime_nsec,
         },
     ];
+    // SAFETY: as fchownat above; `times` is an array of the two timespecs utimensat reads.
     check(unsafe {
         libc::utimensat(
             dir,
@@ -222,8 +224,9 @@ fn copy_up(rootfs: &Path, path: &Path, target: &Path, owner: (u32, u32)) -> io::
             set_attrs(parent_dir.as_raw_fd(), &name, &st, false)?;
         }
         Some(source) => {
-            // SAFETY: as stat_at, on the descriptor we own.
+            // SAFETY: an all-zero stat is a valid value of this plain C struct.
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: fstat writes only into `st`, on a descriptor we own.
             check(unsafe { libc::fstat(source.as_raw_fd(), &mut st) })?;
             let dest = open_at(
                 parent_dir.as_raw_fd(),
@@ -328,6 +331,9 @@ mod tests {
 
     #[test]
     fn copy_up_keeps_owner_mode_links_and_stays_in_the_rootfs() {
+        if !crate::test_support::is_root("copy_up_keeps_owner_mode_links_and_stays_in_the_rootfs") {
+            return;
+        }
         let root = tempfile::tempdir().unwrap();
         let rootfs = root.path().join("rootfs");
         let data = rootfs.join("data");
@@ -381,6 +387,9 @@ mod tests {
 
     #[test]
     fn covered_paths_get_no_volume() {
+        if !crate::test_support::is_root("covered_paths_get_no_volume") {
+            return;
+        }
         let root = tempfile::tempdir().unwrap();
         let rootfs = root.path().join("rootfs");
         std::fs::create_dir_all(&rootfs).unwrap();

@@ -224,6 +224,9 @@ mod tests {
 
     #[test]
     fn add_and_drop_accept_any_case_and_prefix() {
+        if !crate::test_support::is_root("add_and_drop_accept_any_case_and_prefix") {
+            return;
+        }
         let caps = container_caps(
             Some(&cri(
                 &["sys_admin", "CAP_NET_ADMIN"],
@@ -243,6 +246,9 @@ mod tests {
 
     #[test]
     fn all_in_drop_then_add_named() {
+        if !crate::test_support::is_root("all_in_drop_then_add_named") {
+            return;
+        }
         let caps = container_caps(Some(&cri(&["NET_BIND_SERVICE"], &["ALL"], &[])), false).unwrap();
         let set = caps.bounding().clone().unwrap();
         assert_eq!(set.len(), 1);
@@ -257,6 +263,9 @@ mod tests {
 
     #[test]
     fn ambient_goes_everywhere() {
+        if !crate::test_support::is_root("ambient_goes_everywhere") {
+            return;
+        }
         let caps = container_caps(Some(&cri(&[], &[], &["NET_ADMIN"])), false).unwrap();
         for set in [
             caps.bounding(),
@@ -278,6 +287,9 @@ mod tests {
 
     #[test]
     fn privileged_gets_everything() {
+        if !crate::test_support::is_root("privileged_gets_everything") {
+            return;
+        }
         let caps = container_caps(Some(&cri(&[], &["ALL"], &[])), true).unwrap();
         assert_eq!(caps.bounding().clone().unwrap(), all_caps());
         assert!(caps

@@ -369,6 +369,9 @@ fn user_namespace_mappings() {
 
 #[test]
 fn privileged_needs_a_privileged_pod() {
+    if !crate::test_support::is_root("privileged_needs_a_privileged_pod") {
+        return;
+    }
     let f = fixture();
     let config = container(LinuxContainerSecurityContext {
         privileged: true,
@@ -423,6 +426,9 @@ fn privileged_needs_a_privileged_pod() {
 
 #[test]
 fn runtime_default_seccomp_follows_capabilities() {
+    if !crate::test_support::is_root("runtime_default_seccomp_follows_capabilities") {
+        return;
+    }
     let f = fixture();
     let sandbox = pod(NamespaceOption::default(), false);
     let config = container(LinuxContainerSecurityContext {

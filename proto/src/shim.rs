@@ -589,6 +589,8 @@ mod client {
     pub struct Client {
         path: PathBuf,
         timeout: Duration,
+        /// For create, start and delete, which the shim serves with a helper.
+        helper_timeout: Duration,
         shim_pid: i32,
         pod_id: String,
     }
@@ -599,6 +601,7 @@ mod client {
             let mut client = Self {
                 path: path.as_ref().to_path_buf(),
                 timeout: DEFAULT_TIMEOUT,
+                helper_timeout: HELPER_CALL_TIMEOUT,
                 shim_pid: 0,
                 pod_id: String::new(),
             };
@@ -626,6 +629,12 @@ mod client {
         /// The same client with another timeout for ordinary calls.
         pub fn with_timeout(mut self, timeout: Duration) -> Self {
             self.timeout = timeout;
+            self
+        }
+
+        /// Time allowed for create, start and delete instead of [`HELPER_CALL_TIMEOUT`].
+        pub fn with_helper_timeout(mut self, timeout: Duration) -> Self {
+            self.helper_timeout = timeout;
             self
         }
 
@@ -658,7 +667,7 @@ mod client {
                 .call(
                     "create_container",
                     Op::CreateContainer(req),
-                    self.timeout.max(HELPER_CALL_TIMEOUT),
+                    self.helper_timeout,
                 )
                 .await?
             {
@@ -670,10 +679,7 @@ mod client {
         /// Start a created container; returns its init pid.
         pub async fn start(&self, id: &str) -> Result<i32, ClientError> {
             let op = Op::Start { id: id.to_owned() };
-            match self
-                .call("start", op, self.timeout.max(HELPER_CALL_TIMEOUT))
-                .await?
-            {
+            match self.call("start", op, self.helper_timeout).await? {
                 Reply::Started { pid } => Ok(pid),
                 _ => Err(self.unexpected("start")),
             }
@@ -695,10 +701,7 @@ mod client {
                 id: id.to_owned(),
                 force,
             };
-            match self
-                .call("delete", op, self.timeout.max(HELPER_CALL_TIMEOUT))
-                .await?
-            {
+            match self.call("delete", op, self.helper_timeout).await? {
                 Reply::Done => Ok(()),
                 _ => Err(self.unexpected("delete")),
             }

@@ -66,6 +66,10 @@ max_container_log_line_size = 16384
 # Volumes an image declares (VOLUME in its config) get no directory of their own and stay part
 # of the container's rootfs (containerd's name).
 ignore_image_defined_volumes = false
+# Seconds crius waits for a pod's shim to create, start or delete a container (work the shim
+# does through libcontainer, which it gives up on after 60 s). A create crius stops waiting for
+# is removed once the shim has finished it. 1 to 600.
+shim_operation_timeout_secs = 75
 
 [stream]
 # Address the streaming server for exec, attach and port-forward listens on.
@@ -109,6 +113,7 @@ pub struct RuntimeConfig {
     pub shm_size: u64,
     pub max_container_log_line_size: u64,
     pub ignore_image_defined_volumes: bool,
+    pub shim_operation_timeout_secs: u64,
 }
 
 /// The largest `[runtime] max_container_log_line_size`: a shim holds up to one such line per
@@ -122,6 +127,7 @@ impl Default for RuntimeConfig {
             shm_size: 64 << 20,
             max_container_log_line_size: 16 * 1024,
             ignore_image_defined_volumes: false,
+            shim_operation_timeout_secs: 75,
         }
     }
 }
@@ -350,6 +356,15 @@ impl Config {
                 format!(
                     "must be 1 to {MAX_LOG_LINE_LIMIT}: {}",
                     self.runtime.max_container_log_line_size
+                ),
+            ));
+        }
+        if !(1..=600).contains(&self.runtime.shim_operation_timeout_secs) {
+            return Err(invalid(
+                "runtime.shim_operation_timeout_secs",
+                format!(
+                    "must be 1 to 600: {}",
+                    self.runtime.shim_operation_timeout_secs
                 ),
             ));
         }

@@ -100,6 +100,7 @@ impl Daemon {
             config.shim_binary(),
             &config.state,
             config.runtime.max_container_log_line_size,
+            Duration::from_secs(config.runtime.shim_operation_timeout_secs),
         );
         let pause_binary = config.state.join("bin").join("crius-pause");
         Ok(Arc::new(Daemon {

@@ -61,17 +61,26 @@ pub struct Shims {
     dir: PathBuf,
     /// `--max-log-line` of every shim started from now on.
     max_log_line: u64,
+    /// How long a create, start or delete may take in the shim.
+    operation_timeout: Duration,
     clients: Mutex<HashMap<String, ShimClient>>,
 }
 
 impl Shims {
     /// `binary` is crius-shim; shim state lives under `<state>/shims/<pod-id>`; shims split
-    /// container log lines longer than `max_log_line` bytes.
-    pub fn new(binary: PathBuf, state: &Path, max_log_line: u64) -> Shims {
+    /// container log lines longer than `max_log_line` bytes; their creates, starts and deletes
+    /// may take `operation_timeout`.
+    pub fn new(
+        binary: PathBuf,
+        state: &Path,
+        max_log_line: u64,
+        operation_timeout: Duration,
+    ) -> Shims {
         Shims {
             binary,
             dir: state.join("shims"),
             max_log_line,
+            operation_timeout,
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -138,7 +147,7 @@ impl Shims {
                 source: None,
             });
         }
-        let client = connect(&dir).await?;
+        let client = connect(&dir, self.operation_timeout).await?;
         self.lock().insert(pod_id.to_string(), client.clone());
         Ok(client)
     }
@@ -148,7 +157,7 @@ impl Shims {
         if let Some(c) = self.lock().get(pod_id) {
             return Ok(c.clone());
         }
-        let client = connect(&self.state_dir(pod_id)).await?;
+        let client = connect(&self.state_dir(pod_id), self.operation_timeout).await?;
         self.lock().insert(pod_id.to_string(), client.clone());
         Ok(client)
     }
@@ -255,11 +264,13 @@ impl Shims {
 
 /// Connects to the control socket in a shim's state dir, through an open fd of the dir when
 /// the path does not fit a socket address (the shim binds it by a relative name).
-async fn connect(dir: &Path) -> Result<ShimClient> {
+async fn connect(dir: &Path, operation_timeout: Duration) -> Result<ShimClient> {
     let socket = dir.join(CONTROL_SOCKET);
     if socket.as_os_str().len() <= MAX_SOCKET_PATH {
         return Ok(ShimClient {
-            client: Client::connect(socket).await?,
+            client: Client::connect(socket)
+                .await?
+                .with_helper_timeout(operation_timeout),
             _dir: None,
         });
     }
@@ -267,7 +278,9 @@ async fn connect(dir: &Path) -> Result<ShimClient> {
         .map_err(|e| Error::internal(format!("open shim dir {}", dir.display()), e))?;
     let short = format!("/proc/self/fd/{}/{CONTROL_SOCKET}", handle.as_raw_fd());
     Ok(ShimClient {
-        client: Client::connect(short).await?,
+        client: Client::connect(short)
+            .await?
+            .with_helper_timeout(operation_timeout),
         _dir: Some(Arc::new(handle)),
     })
 }

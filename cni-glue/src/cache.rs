@@ -8,7 +8,6 @@
 //! fsync, rename, fsync of the directory).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -72,19 +71,9 @@ impl Cache {
         let path = self.file(a);
         let parent = path.parent().unwrap_or(&self.dir).to_path_buf();
         std::fs::create_dir_all(&parent).map_err(|e| cache_err(&parent, e))?;
-        let tmp = path.with_extension("json.tmp");
         let bytes = serde_json::to_vec_pretty(a).map_err(|e| cache_err(&path, e.into()))?;
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            std::fs::File::open(&parent)?.sync_all()
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            cache_err(&path, e)
-        })?;
+        crius_common::fs::write_atomic(&path, &bytes, None, crius_common::fs::Durability::Full)
+            .map_err(|e| cache_err(&path, e))?;
         Ok(path)
     }
 

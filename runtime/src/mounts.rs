@@ -67,32 +67,8 @@ pub fn is_mountpoint(path: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
-    let want = path.as_os_str().as_bytes();
-    info.lines().any(|l| {
-        l.split(' ')
-            .nth(4)
-            .is_some_and(|m| unescape(m).as_slice() == want)
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            let oct = std::str::from_utf8(&b[i + 1..i + 4]).ok();
-            if let Some(v) = oct.and_then(|o| u8::from_str_radix(o, 8).ok()) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    out
+    let listed = crius_common::mountinfo::mounts(&info).any(|m| m.mount_point == path);
+    listed
 }
 
 /// Unmounts `target` if it is mounted (lazily, so a busy mount does not fail a removal).
@@ -244,13 +220,6 @@ pub fn mount_shm(target: &Path, size_bytes: u64) -> Result<(), MountError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape("/a\\040b"), b"/a b");
-        assert_eq!(unescape("/plain"), b"/plain");
-        assert_eq!(unescape("/x\\134y"), b"/x\\y");
-    }
 
     #[test]
     fn root_is_a_mountpoint_and_unmount_of_a_plain_dir_is_ok() {

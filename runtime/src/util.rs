@@ -1,7 +1,6 @@
 //! Small helpers shared by the lifecycle code: ids, clocks, per-object locks, atomic writes.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -84,23 +83,10 @@ pub fn now_nanos() -> i64 {
         .unwrap_or(0)
 }
 
-/// Writes `data` to `path` so that a reader sees the old content or the new, never a part:
-/// temp file in the same directory, fsync, rename.
+/// Writes `data` to `path` so that a reader sees the old content or the new, never a part,
+/// and a crash leaves one of them whole (the content is synced before the rename).
 pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let mut tmp = tempfile_in(dir)?;
-    tmp.1.write_all(data)?;
-    tmp.1.sync_all()?;
-    std::fs::rename(&tmp.0, path)
-}
-
-fn tempfile_in(dir: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
-    let path = dir.join(format!(".tmp-{}", new_id()?));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    Ok((path, file))
+    crius_common::fs::write_atomic(path, data, None, crius_common::fs::Durability::Data)
 }
 
 /// The lowest `oom_score_adj` a container may be given here. Lowering it below the creator's

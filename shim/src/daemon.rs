@@ -203,10 +203,11 @@ fn setup(opts: &Options) -> Result<Shim, StartError> {
 /// that dies later leaves a complete file naming a dead pid, which crius checks
 /// (`/proc/<pid>/cmdline`) before trusting.
 fn write_pid_file(state: &Path) -> std::io::Result<()> {
-    crate::exit_record::write_atomic(
-        state,
-        crius_api::shim::PID_FILE,
+    crius_common::fs::write_atomic(
+        &state.join(crius_api::shim::PID_FILE),
         std::process::id().to_string().as_bytes(),
+        None,
+        crius_common::fs::Durability::None,
     )
 }
 
@@ -235,19 +236,15 @@ fn redirect_stdio() -> Result<(), StartError> {
 
 /// Write the static `crius-pause` to `dest` (mode 0755), atomically.
 pub fn install_pause(dest: &Path) -> std::io::Result<()> {
-    let dir = dest.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".crius-pause.{}.tmp", std::process::id()));
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o755)
-        .open(&tmp)?;
-    file.write_all(crate::PAUSE_STATIC)?;
-    file.sync_all()?;
-    drop(file);
-    fs::rename(&tmp, dest)
+    if let Some(dir) = dest.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    crius_common::fs::write_atomic(
+        dest,
+        crate::PAUSE_STATIC,
+        Some(0o755),
+        crius_common::fs::Durability::Data,
+    )
 }
 
 /// `error: cause: cause...`

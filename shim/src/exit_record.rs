@@ -8,30 +8,23 @@
 //! statuses in memory only). The two fsyncs (file, directory) cost 3 to 8 ms on the disk of
 //! the test machine, on the path of every StopContainer, which waits for the exit.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
+
+use crius_common::fs::{write_atomic, Durability};
 
 use crius_api::shim::{ExitInfo, EXIT_FILE};
 
 /// Write `exit` to `<dir>/exit.json` atomically.
 pub fn write(dir: &Path, exit: &ExitInfo) -> io::Result<()> {
     let bytes = serde_json::to_vec(exit).map_err(io::Error::other)?;
-    write_atomic(dir, EXIT_FILE, &bytes)
-}
-
-/// Replace `<dir>/<name>` by `bytes` atomically (not durably: see the module documentation).
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut file = File::create(&tmp)?;
-    file.write_all(bytes)?;
-    drop(file);
-    fs::rename(&tmp, dir.join(name))
+    write_atomic(&dir.join(EXIT_FILE), &bytes, None, Durability::None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn round_trips_through_the_reader() {

@@ -246,13 +246,8 @@ fn write_json(dir: &Path, name: &str, value: &Value) -> Result<()> {
 /// reboot (it lives under the runtime state directory, a tmpfs on a real node).
 fn write_bytes(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.crius-tmp"));
-    let err = |source: io::Error| LibctStateError::Write {
-        path: path.clone(),
-        source,
-    };
-    fs::write(&tmp, bytes).map_err(err)?;
-    fs::rename(&tmp, &path).map_err(err)
+    crius_common::fs::write_atomic(&path, bytes, None, crius_common::fs::Durability::None)
+        .map_err(|source| LibctStateError::Write { path, source })
 }
 
 #[cfg(test)]

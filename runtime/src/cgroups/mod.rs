@@ -408,18 +408,11 @@ struct CgroupMount {
 
 /// The cgroup mounts listed in the text of `/proc/self/mountinfo`.
 fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mut right = right.split(' ');
-            let fstype = right.next()?;
-            if fstype != "cgroup" && fstype != "cgroup2" {
-                return None;
-            }
-            let super_opts = right.nth(1).unwrap_or("");
-            let controllers = if fstype == "cgroup" {
-                super_opts
+    crius_common::mountinfo::mounts(mountinfo)
+        .filter(|m| m.fs_type == "cgroup" || m.fs_type == "cgroup2")
+        .map(|m| {
+            let controllers = if m.fs_type == "cgroup" {
+                m.super_options
                     .split(',')
                     .filter(|o| v1::CONTROLLERS.contains(o))
                     .map(str::to_string)
@@ -427,38 +420,13 @@ fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
             } else {
                 Vec::new()
             };
-            let mount_point = left.split(' ').nth(4)?;
-            Some(CgroupMount {
-                mount_point: PathBuf::from(unescape_mount_path(mount_point)),
-                fstype: fstype.to_string(),
+            CgroupMount {
+                mount_point: m.mount_point,
+                fstype: m.fs_type.to_string(),
                 controllers,
-            })
+            }
         })
         .collect()
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
-fn unescape_mount_path(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)))
-            .map(|d| d.iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0')));
-        match octal.and_then(|v| u8::try_from(v).ok()) {
-            Some(v) => {
-                out.push(v);
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Removes `cgroup` (an absolute cgroup path, or a systemd name [`fs_path`] expands) and
@@ -498,24 +466,9 @@ pub async fn remove(cgroup: &str) -> std::result::Result<(), std::io::Error> {
 }
 
 fn remove_tree(dir: &Path) -> std::result::Result<(), std::io::Error> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    for e in entries.flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_tree(&e.path())?;
-        }
-    }
-    match std::fs::remove_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(std::io::Error::new(
-            e.kind(),
-            format!("remove cgroup {}: {e}", dir.display()),
-        )),
-    }
+    crius_common::fs::remove_dir_tree(dir).map_err(|(at, e)| {
+        std::io::Error::new(e.kind(), format!("remove cgroup {}: {e}", at.display()))
+    })
 }
 
 /// Removes crius's own parent cgroup when no pod is left in it (best effort: a pod created
@@ -1261,13 +1214,6 @@ mod tests {
         let Hierarchy::V2(v2) = h else { unreachable!() };
         assert_eq!(v2.dir("/crius/p"), PathBuf::from("/sys/fs/cgroup/crius/p"));
         assert!(Hierarchy::from_mountinfo("1 0 0:1 / / rw - ext4 /dev/sda rw\n").is_err());
-    }
-
-    #[test]
-    fn mount_paths_are_unescaped() {
-        assert_eq!(unescape_mount_path("/a\\040b"), "/a b");
-        assert_eq!(unescape_mount_path("/a\\\\"), "/a\\\\");
-        assert_eq!(unescape_mount_path("/x\\0"), "/x\\0");
     }
 
     #[test]

@@ -216,21 +216,14 @@ fn subdirs(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// `rmdir` `dir` and every directory below it, deepest first; a missing `dir` is fine.
 fn remove_tree(dir: &Path) -> Result<()> {
-    for child in subdirs(dir)? {
-        remove_tree(&child)?;
-    }
-    match fs::remove_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+    crius_common::fs::remove_dir_tree(dir).map_err(|(path, source)| {
         // cgroupfs answers EBUSY while tasks (or child cgroups) remain.
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-            Err(CgroupError::Busy(dir.to_path_buf()))
+        if source.raw_os_error() == Some(libc::EBUSY) {
+            CgroupError::Busy(path)
+        } else {
+            CgroupError::Remove { path, source }
         }
-        Err(source) => Err(CgroupError::Remove {
-            path: dir.to_path_buf(),
-            source,
-        }),
-    }
+    })
 }
 
 /// Write a cgroup control file.

@@ -60,35 +60,8 @@ impl Layout {
 
 /// `(mount point, super options)` of a mountinfo line of a v1 cgroup mount.
 fn parse_cgroup_mount(line: &str) -> Option<(PathBuf, &str)> {
-    // `<id> <parent> <dev> <root> <mount point> <opts> [optional...] - <fstype> <source> <superopts>`
-    let (head, tail) = line.split_once(" - ")?;
-    let mount = head.split(' ').nth(4)?;
-    let mut tail = tail.split(' ');
-    if tail.next()? != "cgroup" {
-        return None;
-    }
-    let superopts = tail.nth(1)?;
-    Some((PathBuf::from(unescape(mount)), superopts))
-}
-
-/// Undo mountinfo's octal escapes (`\040` for a space, ...).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
-            let digits = std::str::from_utf8(&bytes[i + 1..i + 4]).ok();
-            if let Some(b) = digits.and_then(|d| u8::from_str_radix(d, 8).ok()) {
-                out.push(b);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let mount = crius_common::mountinfo::parse_line(line)?;
+    (mount.fs_type == "cgroup").then_some((mount.mount_point, mount.super_options))
 }
 
 /// Freeze the cgroup (if the freezer is mounted), signal what is in it, thaw it.
@@ -177,7 +150,6 @@ mod tests {
             ]
         );
         assert_eq!(layout.freezer, Some(base.join("freezer")));
-        assert_eq!(unescape("/mnt/other\\040memory"), "/mnt/other memory");
     }
 
     #[test]

@@ -152,7 +152,7 @@ impl ContentStore {
                         registry: registry.to_string(),
                         reason: format!(
                             "download of {digest} broke after {written} bytes: {}",
-                            crate::registry::error_chain(&e)
+                            crius_common::error_chain(&e)
                         ),
                     })
                 }

@@ -373,7 +373,7 @@ impl Session {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(Error::Unavailable {
                 registry: registry.to_string(),
-                reason: error_chain(&e),
+                reason: crius_common::error_chain(&e),
             }),
             Err(_) => Err(Error::Unavailable {
                 registry: registry.to_string(),
@@ -588,21 +588,6 @@ pub(crate) async fn read_limited(
         }
     }
     Ok(Bytes::from(out))
-}
-
-/// The error and its sources, joined: hyper's top-level message alone says little.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cur = s.source();
-    }
-    out
 }
 
 fn authority_of(url: &str) -> Option<&str> {

@@ -142,17 +142,7 @@ impl From<crius_api::shim::ClientError> for Error {
 
 /// The whole cause chain on one line: `context: cause: cause`.
 pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(cause) = cur {
-        let text = cause.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cur = cause.source();
-    }
-    out
+    crius_common::error_chain(err)
 }
 
 /// The longest status message crius sends. gRPC sends the message as a header, and clients

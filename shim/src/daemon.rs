@@ -73,7 +73,7 @@ pub fn launch(opts: Options) -> i32 {
     {
         eprintln!(
             "crius-shim: {}",
-            error_chain(&StartError::StateDir {
+            crius_common::error_chain(&StartError::StateDir {
                 path: state.clone(),
                 source
             })
@@ -138,7 +138,7 @@ fn serve(opts: Options, ready: OwnedFd) -> i32 {
     let shim = match setup(&opts) {
         Ok(shim) => shim,
         Err(e) => {
-            let _ = writeln!(ready, "error: {}", error_chain(&e));
+            let _ = writeln!(ready, "error: {}", crius_common::error_chain(&e));
             return 1;
         }
     };
@@ -245,16 +245,4 @@ pub fn install_pause(dest: &Path) -> std::io::Result<()> {
         Some(0o755),
         crius_common::fs::Durability::Data,
     )
-}
-
-/// `error: cause: cause...`
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }

@@ -140,15 +140,5 @@ fn receive_master(listener: &UnixListener) -> Result<OwnedFd, String> {
 
 /// `context: error: cause: cause...`
 pub fn chain(context: &str, err: &dyn std::error::Error) -> String {
-    let mut out = format!("{context}: {err}");
-    let mut source = err.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
+    format!("{context}: {}", crius_common::error_chain(err))
 }

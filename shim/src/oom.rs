@@ -166,7 +166,7 @@ impl OomWatch {
         let fd = match watch_fd(&counter) {
             Ok(fd) => Some(fd),
             Err(e) => {
-                tracing::warn!(target: "crius_shim", file = %counter.file.display(), error = %crate::daemon::error_chain(&e), "cannot watch for OOM kills; the count is read at exit only");
+                tracing::warn!(target: "crius_shim", file = %counter.file.display(), error = %crius_common::error_chain(&e), "cannot watch for OOM kills; the count is read at exit only");
                 None
             }
         };

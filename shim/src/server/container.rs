@@ -230,7 +230,7 @@ impl Shim {
         let recorded = match libct_state::read_recorded(&self.runc_root.join(id)) {
             Ok(r) => Some(r),
             Err(e) => {
-                warn!(target: "crius_shim", container = %id, error = %crate::daemon::error_chain(&e), "libcontainer's record unreadable");
+                warn!(target: "crius_shim", container = %id, error = %crius_common::error_chain(&e), "libcontainer's record unreadable");
                 None
             }
         };
@@ -275,7 +275,7 @@ impl Shim {
                     return Ok(Some(Reply::Started { pid }));
                 }
                 Err(e) => {
-                    info!(target: "crius_shim", container = %id, reason = %crate::daemon::error_chain(&e), "start left to a helper");
+                    info!(target: "crius_shim", container = %id, reason = %crius_common::error_chain(&e), "start left to a helper");
                 }
             }
         }

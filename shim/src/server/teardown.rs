@@ -140,7 +140,7 @@ impl Shim {
         let hierarchies = self.hierarchies()?;
         let sent = hierarchies
             .kill_all(&cgroup_path, signal)
-            .map_err(|e| crate::daemon::error_chain(&e))?;
+            .map_err(|e| crius_common::error_chain(&e))?;
         tracing::debug!(target: "crius_shim", container = %id, signal, processes = sent, "signalled the cgroup");
         Ok(())
     }
@@ -165,17 +165,17 @@ impl Shim {
         if !dir.exists() {
             return Ok(());
         }
-        libct_state::check_plain_delete(&dir).map_err(|e| crate::daemon::error_chain(&e))?;
+        libct_state::check_plain_delete(&dir).map_err(|e| crius_common::error_chain(&e))?;
         self.hierarchies()?
             .remove(&recorded.cgroup_path)
-            .map_err(|e| crate::daemon::error_chain(&e))?;
-        libct_state::remove(&dir).map_err(|e| crate::daemon::error_chain(&e))
+            .map_err(|e| crius_common::error_chain(&e))?;
+        libct_state::remove(&dir).map_err(|e| crius_common::error_chain(&e))
     }
 
     /// The host's cgroup hierarchies (looked up once).
     fn hierarchies(&mut self) -> Result<&Hierarchies, String> {
         if self.cgroups.is_none() {
-            let found = Hierarchies::detect().map_err(|e| crate::daemon::error_chain(&e))?;
+            let found = Hierarchies::detect().map_err(|e| crius_common::error_chain(&e))?;
             self.cgroups = Some(found);
         }
         self.cgroups

@@ -8,6 +8,7 @@ pub mod container;
 pub mod daemon;
 pub mod error;
 pub mod events;
+pub mod layout;
 pub mod logging;
 pub mod mounts;
 pub mod pod;

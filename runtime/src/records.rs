@@ -4,12 +4,17 @@
 //! order of changes; a read waits at most for one database write in flight.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::RwLock;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::error::Result;
+use crius_api::v1::{ContainerConfig, LinuxContainerResources, PodSandboxConfig};
+use prost::Message;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
 use crate::store::{Store, Table};
 
 /// Records of one kind, by id.
@@ -43,6 +48,27 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
             .filter(|k| k.starts_with(prefix))
             .cloned()
             .collect()
+    }
+
+    /// The full id from an id or a unique prefix of one, `None` when none matches. `field` and
+    /// `kind` name the request field and the records in the errors (an empty id, an ambiguous
+    /// prefix).
+    pub fn resolve(&self, field: &str, kind: &str, id: &str) -> Result<Option<String>> {
+        if id.is_empty() {
+            return Err(Error::InvalidArgument(format!("{field} is required")));
+        }
+        if self.read().contains_key(id) {
+            return Ok(Some(id.to_string()));
+        }
+        let matches = self.ids_with_prefix(id);
+        match matches.len() {
+            0 => Ok(None),
+            1 => Ok(matches.into_iter().next()),
+            n => Err(Error::InvalidArgument(format!(
+                "{field} {:?} is ambiguous: {n} {kind} match",
+                crate::util::excerpt(id)
+            ))),
+        }
     }
 
     /// Writes `value` durably, then makes it visible.
@@ -97,6 +123,115 @@ pub mod b64 {
         base64::engine::general_purpose::STANDARD
             .decode(text)
             .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Where a pod is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SandboxState {
+    /// `RunPodSandbox` is under way (or crius died during it: cleaned up at start).
+    Creating,
+    Ready,
+    NotReady,
+}
+
+/// What crius keeps of a pod.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    /// The reserved name `<name>_<namespace>_<uid>_<attempt>`.
+    pub name: String,
+    /// The `PodSandboxConfig`, protobuf-encoded.
+    #[serde(with = "crate::records::b64")]
+    pub config: Vec<u8>,
+    pub runtime_handler: String,
+    pub state: SandboxState,
+    pub created_at: i64,
+    pub host_network: bool,
+    /// The pinned netns, for pods on their own network.
+    pub netns: Option<PathBuf>,
+    /// Pod IPs, IPv4 first.
+    pub ips: Vec<String>,
+    /// The pause process, once started.
+    pub pause_pid: Option<u32>,
+    /// The pod cgroup (cgroupfs path).
+    pub cgroup: String,
+    pub hostname: String,
+    /// Set when tearing down the network failed: Stop and Remove try again.
+    #[serde(default)]
+    pub network_error: Option<String>,
+}
+
+impl SandboxRecord {
+    pub fn config(&self) -> PodSandboxConfig {
+        // The bytes were encoded by us from a decoded message; a failure means a corrupt
+        // database, and an empty config is the least harmful reading of it, said in the log.
+        PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_else(|e| {
+            tracing::error!(pod = %self.id, "corrupt record: config does not decode ({e}); read as empty");
+            PodSandboxConfig::default()
+        })
+    }
+}
+
+/// Where a container is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    /// `CreateContainer` is under way (or crius died during it: cleaned up at start).
+    Creating,
+    Created,
+    Running,
+    Exited,
+}
+
+/// What crius keeps of a container.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub id: String,
+    /// The reserved name `<name>_<pod name>_<pod namespace>_<pod uid>_<attempt>`.
+    pub name: String,
+    pub sandbox_id: String,
+    /// The `ContainerConfig`, protobuf-encoded.
+    #[serde(with = "crate::records::b64")]
+    pub config: Vec<u8>,
+    /// `sha256:<config digest>`.
+    pub image_id: String,
+    /// The image as the client named it.
+    pub image_name: String,
+    /// A repo digest of the image (or its id when it has none).
+    pub image_ref: String,
+    pub state: ContainerState,
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    pub pid: Option<u32>,
+    pub log_path: Option<PathBuf>,
+    pub stop_signal: i32,
+    /// The resources in force, protobuf-encoded `LinuxContainerResources`.
+    #[serde(default, with = "crate::records::b64")]
+    pub resources: Vec<u8>,
+}
+
+impl ContainerRecord {
+    pub fn config(&self) -> ContainerConfig {
+        // Encoded by us; a failure means a corrupt database (see SandboxRecord::config).
+        ContainerConfig::decode(self.config.as_slice()).unwrap_or_else(|e| {
+            tracing::error!(container = %self.id, "corrupt record: config does not decode ({e}); read as empty");
+            ContainerConfig::default()
+        })
+    }
+
+    pub fn resources(&self) -> Option<LinuxContainerResources> {
+        if self.resources.is_empty() {
+            return None;
+        }
+        LinuxContainerResources::decode(self.resources.as_slice())
+            .inspect_err(|e| {
+                tracing::error!(container = %self.id, "corrupt record: resources do not decode ({e})")
+            })
+            .ok()
     }
 }
 

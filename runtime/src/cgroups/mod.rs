@@ -29,9 +29,14 @@
 
 pub mod dbus;
 pub mod manager;
+pub mod reap;
 pub mod systemd;
 pub mod v1;
 pub mod v2;
+
+/// How long removing a pod or container waits for its cgroup to empty (killed orphans of a
+/// dead shim are zombies until init reaps them).
+pub const REMOVE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 use std::collections::HashMap;
 use std::io::Write as _;

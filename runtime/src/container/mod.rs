@@ -17,98 +17,18 @@ use std::time::Duration;
 use crius_api::shim::{
     ContainerInfo as ShimContainerInfo, ContainerStatus as ShimStatus, ExitInfo,
 };
-use crius_api::v1::{
-    ContainerConfig, ContainerEventType, LinuxContainerResources, PodSandboxConfig,
-};
+use crius_api::v1::{ContainerConfig, ContainerEventType, PodSandboxConfig};
 use prost::Message as _;
-use serde::{Deserialize, Serialize};
 
 use crate::cgroups;
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
+use crate::layout::write_spec;
+pub use crate::layout::ContainerPaths;
 use crate::mounts;
-use crate::pod::{write_spec, SandboxState};
+use crate::records::SandboxState;
+pub use crate::records::{ContainerRecord, ContainerState};
 use crate::util::{check_name, check_no_nul, excerpt, new_id, now_nanos};
-
-/// Where a container is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ContainerState {
-    /// `CreateContainer` is under way (or crius died during it: cleaned up at start).
-    Creating,
-    Created,
-    Running,
-    Exited,
-}
-
-/// What crius keeps of a container.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ContainerRecord {
-    pub id: String,
-    /// The reserved name `<name>_<pod name>_<pod namespace>_<pod uid>_<attempt>`.
-    pub name: String,
-    pub sandbox_id: String,
-    /// The `ContainerConfig`, protobuf-encoded.
-    #[serde(with = "crate::records::b64")]
-    pub config: Vec<u8>,
-    /// `sha256:<config digest>`.
-    pub image_id: String,
-    /// The image as the client named it.
-    pub image_name: String,
-    /// A repo digest of the image (or its id when it has none).
-    pub image_ref: String,
-    pub state: ContainerState,
-    pub created_at: i64,
-    pub started_at: i64,
-    pub finished_at: i64,
-    pub exit_code: i32,
-    pub reason: String,
-    pub message: String,
-    pub pid: Option<u32>,
-    pub log_path: Option<PathBuf>,
-    pub stop_signal: i32,
-    /// The resources in force, protobuf-encoded `LinuxContainerResources`.
-    #[serde(default, with = "crate::records::b64")]
-    pub resources: Vec<u8>,
-}
-
-impl ContainerRecord {
-    pub fn config(&self) -> ContainerConfig {
-        // Encoded by us; a failure means a corrupt database (see SandboxRecord::config).
-        ContainerConfig::decode(self.config.as_slice()).unwrap_or_else(|e| {
-            tracing::error!(container = %self.id, "corrupt record: config does not decode ({e}); read as empty");
-            ContainerConfig::default()
-        })
-    }
-
-    pub fn resources(&self) -> Option<LinuxContainerResources> {
-        if self.resources.is_empty() {
-            return None;
-        }
-        LinuxContainerResources::decode(self.resources.as_slice())
-            .inspect_err(|e| {
-                tracing::error!(container = %self.id, "corrupt record: resources do not decode ({e})")
-            })
-            .ok()
-    }
-}
-
-/// Paths of a container, all derived from its id.
-pub struct ContainerPaths {
-    pub bundle: PathBuf,
-    pub rootfs: PathBuf,
-    pub layer: PathBuf,
-}
-
-impl ContainerPaths {
-    pub fn new(root: &Path, state: &Path, id: &str) -> ContainerPaths {
-        let bundle = state.join("containers").join(id);
-        ContainerPaths {
-            rootfs: bundle.join("rootfs"),
-            bundle,
-            layer: root.join("containers").join(id),
-        }
-    }
-}
 
 /// How long crius keeps trying to remove a container whose create a crash interrupted (a
 /// shim gives up on a create after 60 s).
@@ -383,7 +303,7 @@ impl Daemon {
                     .map_err(|e| Error::internal(format!("create {}", host.display()), e))?;
             }
         }
-        let pod_paths = crate::pod::PodPaths::new(&self.config.state, &pod.id);
+        let pod_paths = crate::layout::PodPaths::new(&self.config.state, &pod.id);
         let shm = pod_paths.shm.exists().then_some(pod_paths.shm.as_path());
         let (hosts, resolv, hostname_file) = (
             pod_paths.dir.join("hosts"),
@@ -478,7 +398,7 @@ impl Daemon {
         let Some(maps) = crate::spec::pod_id_maps(pod_config)? else {
             return Ok(None);
         };
-        let pin = crate::pod::PodPaths::new(&self.config.state, pod_id).userns;
+        let pin = crate::layout::PodPaths::new(&self.config.state, pod_id).userns;
         let fd = crate::userns::open(&pin).map_err(|e| {
             Error::FailedPrecondition(format!(
                 "pod {pod_id} has no user namespace any more: {}",
@@ -625,7 +545,7 @@ impl Daemon {
         // Without its shim nobody reaps or stops the container: its processes were reparented
         // to init and may still run. Kill them so "exited" is true.
         if let Some(pod) = self.sandboxes.get(pod_id) {
-            crate::pod::reap::kill_cgroup_tree(&cgroups::container_cgroup(&pod.cgroup, id));
+            cgroups::reap::kill_cgroup_tree(&cgroups::container_cgroup(&pod.cgroup, id));
         }
         self.record_lost_exit(
             id,
@@ -775,8 +695,8 @@ impl Daemon {
         // under a kubelet pod cgroup nobody else would.
         if let Some(pod) = self.sandboxes.get(&c.sandbox_id) {
             let cgroup = cgroups::container_cgroup(&pod.cgroup, id);
-            let patience = crate::pod::CGROUP_REMOVE_PATIENCE;
-            if let Err(e) = crate::pod::reap::remove_cgroup(&cgroup, patience).await {
+            let patience = cgroups::REMOVE_PATIENCE;
+            if let Err(e) = cgroups::reap::remove_cgroup(&cgroup, patience).await {
                 tracing::warn!(container = id, "remove container cgroup: {e}");
             }
         }
@@ -895,21 +815,7 @@ impl Daemon {
 
     /// The full id of a container from an id or a unique prefix of one.
     pub fn resolve_container_id(&self, id: &str) -> Result<Option<String>> {
-        if id.is_empty() {
-            return Err(Error::InvalidArgument("container_id is required".into()));
-        }
-        if self.containers.get(id).is_some() {
-            return Ok(Some(id.to_string()));
-        }
-        let matches = self.containers.ids_with_prefix(id);
-        match matches.len() {
-            0 => Ok(None),
-            1 => Ok(matches.into_iter().next()),
-            n => Err(Error::InvalidArgument(format!(
-                "container_id {:?} is ambiguous: {n} containers match",
-                excerpt(id)
-            ))),
-        }
+        self.containers.resolve("container_id", "containers", id)
     }
 
     /// The record of a container that must exist.

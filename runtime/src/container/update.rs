@@ -10,7 +10,7 @@ use crate::cgroups::{self, Hierarchy};
 use crate::container::{ContainerPaths, ContainerRecord, ContainerState};
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::pod::SandboxRecord;
+use crate::records::SandboxRecord;
 
 impl Daemon {
     /// The cgroupfs path of a container's cgroup, as its OCI spec named it.
@@ -86,7 +86,7 @@ impl Daemon {
         resources.set_unified(new.unified().clone());
         linux.set_resources(Some(resources));
         let bundle = ContainerPaths::new(&self.config.root, &self.config.state, &c.id).bundle;
-        crate::pod::write_spec(&bundle, &spec)
+        crate::layout::write_spec(&bundle, &spec)
     }
 
     /// `UpdatePodSandboxResources`: kubelet tells the pod-level resources it has already

@@ -8,16 +8,14 @@
 //! cleans up after a crius killed mid-way.
 
 pub mod files;
-pub mod reap;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crius_api::v1::{ContainerEventType, NamespaceMode, PodSandboxConfig};
 use prost::Message as _;
-use serde::{Deserialize, Serialize};
 
 use crate::cgroups;
 use crate::daemon::Daemon;
@@ -25,56 +23,8 @@ use crate::error::{Error, Result};
 use crate::mounts;
 use crate::util::{check_name, excerpt, new_id, now_nanos};
 
-/// How long removing a pod or container waits for its cgroup to empty (killed orphans of a
-/// dead shim are zombies until init reaps them).
-pub const CGROUP_REMOVE_PATIENCE: Duration = Duration::from_secs(10);
-
-/// Where a pod is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SandboxState {
-    /// `RunPodSandbox` is under way (or crius died during it: cleaned up at start).
-    Creating,
-    Ready,
-    NotReady,
-}
-
-/// What crius keeps of a pod.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SandboxRecord {
-    pub id: String,
-    /// The reserved name `<name>_<namespace>_<uid>_<attempt>`.
-    pub name: String,
-    /// The `PodSandboxConfig`, protobuf-encoded.
-    #[serde(with = "crate::records::b64")]
-    pub config: Vec<u8>,
-    pub runtime_handler: String,
-    pub state: SandboxState,
-    pub created_at: i64,
-    pub host_network: bool,
-    /// The pinned netns, for pods on their own network.
-    pub netns: Option<PathBuf>,
-    /// Pod IPs, IPv4 first.
-    pub ips: Vec<String>,
-    /// The pause process, once started.
-    pub pause_pid: Option<u32>,
-    /// The pod cgroup (cgroupfs path).
-    pub cgroup: String,
-    pub hostname: String,
-    /// Set when tearing down the network failed: Stop and Remove try again.
-    #[serde(default)]
-    pub network_error: Option<String>,
-}
-
-impl SandboxRecord {
-    pub fn config(&self) -> PodSandboxConfig {
-        // The bytes were encoded by us from a decoded message; a failure means a corrupt
-        // database, and an empty config is the least harmful reading of it, said in the log.
-        PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_else(|e| {
-            tracing::error!(pod = %self.id, "corrupt record: config does not decode ({e}); read as empty");
-            PodSandboxConfig::default()
-        })
-    }
-}
+pub use crate::layout::{write_spec, PodPaths};
+pub use crate::records::{SandboxRecord, SandboxState};
 
 /// The namespace modes a pod asked for.
 pub fn namespace_modes(config: &PodSandboxConfig) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
@@ -92,31 +42,6 @@ pub fn namespace_modes(config: &PodSandboxConfig) -> (NamespaceMode, NamespaceMo
         mode(opts.map(|o| o.pid)),
         mode(opts.map(|o| o.ipc)),
     )
-}
-
-/// Paths of a pod, all derived from its id.
-pub struct PodPaths {
-    pub dir: PathBuf,
-    pub shm: PathBuf,
-    pub pause_bundle: PathBuf,
-    pub netns_dir: PathBuf,
-    /// Where the pin of the pod's user namespace is, when it has one: `<userns_dir>/<id>`.
-    pub userns_dir: PathBuf,
-    pub userns: PathBuf,
-}
-
-impl PodPaths {
-    pub fn new(state: &Path, id: &str) -> PodPaths {
-        let dir = state.join("pods").join(id);
-        PodPaths {
-            shm: dir.join("shm"),
-            pause_bundle: dir.join("pause"),
-            dir,
-            netns_dir: state.join("netns"),
-            userns_dir: state.join("userns"),
-            userns: state.join("userns").join(id),
-        }
-    }
 }
 
 fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
@@ -440,7 +365,7 @@ impl Daemon {
             .collect();
         leftovers.push(cgroups::container_cgroup(&record.cgroup, id));
         for cgroup in &leftovers {
-            if !reap::empty_cgroup_tree(cgroup, Duration::from_secs(5)).await {
+            if !cgroups::reap::empty_cgroup_tree(cgroup, Duration::from_secs(5)).await {
                 tracing::warn!(pod = id, cgroup = %cgroup, "processes survive SIGKILL");
             }
         }
@@ -539,11 +464,14 @@ impl Daemon {
         }
         // The pause container's cgroup, which a dead shim could not delete.
         let pause_cgroup = cgroups::container_cgroup(&record.cgroup, id);
-        if let Err(e) = reap::remove_cgroup(&pause_cgroup, CGROUP_REMOVE_PATIENCE).await {
+        if let Err(e) = cgroups::reap::remove_cgroup(&pause_cgroup, cgroups::REMOVE_PATIENCE).await
+        {
             tracing::warn!(pod = id, "remove pause cgroup: {e}");
         }
         if cgroups::pod_cgroup_is_own(&record.cgroup, id) {
-            if let Err(e) = reap::remove_cgroup(&record.cgroup, CGROUP_REMOVE_PATIENCE).await {
+            if let Err(e) =
+                cgroups::reap::remove_cgroup(&record.cgroup, cgroups::REMOVE_PATIENCE).await
+            {
                 tracing::warn!(pod = id, "remove pod cgroup: {e}");
             }
             cgroups::remove_parent_if_empty();
@@ -559,21 +487,7 @@ impl Daemon {
 
     /// The full id of a pod from an id or a unique prefix of one; `None` when none matches.
     pub fn resolve_pod_id(&self, id: &str) -> Result<Option<String>> {
-        if id.is_empty() {
-            return Err(Error::InvalidArgument("pod_sandbox_id is required".into()));
-        }
-        if self.sandboxes.get(id).is_some() {
-            return Ok(Some(id.to_string()));
-        }
-        let matches = self.sandboxes.ids_with_prefix(id);
-        match matches.len() {
-            0 => Ok(None),
-            1 => Ok(matches.into_iter().next()),
-            n => Err(Error::InvalidArgument(format!(
-                "pod_sandbox_id {:?} is ambiguous: {n} pods match",
-                excerpt(id)
-            ))),
-        }
+        self.sandboxes.resolve("pod_sandbox_id", "pods", id)
     }
 
     /// The record of a pod that must exist.
@@ -729,38 +643,6 @@ fn pod_network(
         annotations,
         cgroup_path: Some(record.cgroup.clone()),
     })
-}
-
-/// Writes `config.json` into a bundle directory, adapted to what this node has:
-/// `oom_score_adj` clamped to what it allows (see [`crate::util::min_oom_score_adj`]), and
-/// hugepage limits dropped when there is no hugetlb controller (kubelet sends a zero limit
-/// for every page size, and libcontainer refuses limits of a missing controller).
-pub fn write_spec(bundle: &Path, spec: &oci_spec::runtime::Spec) -> Result<()> {
-    let mut spec = spec.clone();
-    if let Some(process) = spec.process_mut() {
-        if let Some(adj) = process.oom_score_adj() {
-            let min = crate::util::min_oom_score_adj();
-            if adj < min {
-                process.set_oom_score_adj(Some(min));
-            }
-        }
-    }
-    let no_hugetlb = cgroups::Hierarchy::host().is_ok_and(|h| !h.has_controller("hugetlb"));
-    if no_hugetlb {
-        if let Some(resources) = spec
-            .linux_mut()
-            .as_mut()
-            .and_then(|l| l.resources_mut().as_mut())
-        {
-            resources.set_hugepage_limits(None);
-        }
-    }
-    let spec = &spec;
-    std::fs::create_dir_all(bundle)
-        .map_err(|e| Error::internal(format!("create {}", bundle.display()), e))?;
-    let json = serde_json::to_vec(spec).map_err(|e| Error::internal("encode OCI spec", e))?;
-    crate::util::write_atomic(&bundle.join("config.json"), &json)
-        .map_err(|e| Error::internal(format!("write {}/config.json", bundle.display()), e))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! status 0 or 1), so what a shim that died left behind can be cleaned up by hand, e.g.
 //! `crius-shim-helper delete --root <shim-state>/runc --id <container>` (kills what is left in
 //! the container's cgroup, removes the cgroup and libcontainer's state). crius itself does not
-//! run it: it kills a dead shim's processes through their cgroups (`runtime/src/pod/reap.rs`).
+//! run it: it kills a dead shim's processes through their cgroups (`runtime/src/cgroups/reap.rs`).
 
 use std::ffi::OsString;
 use std::fs::File;

@@ -632,7 +632,7 @@ mod client {
             self
         }
 
-        /// Time allowed for create, start and delete instead of [`HELPER_CALL_TIMEOUT`].
+        /// Time allowed for create, start and delete instead of `HELPER_CALL_TIMEOUT` (75 s).
         pub fn with_helper_timeout(mut self, timeout: Duration) -> Self {
             self.helper_timeout = timeout;
             self

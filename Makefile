@@ -17,7 +17,16 @@ RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables 
 TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd \
                  python3-venv
 
-.PHONY: run test unit e2e build build-release deps-run deps-test check-rust lint
+.PHONY: run test unit e2e build build-debug build-release install deps-run deps-test check-rust lint
+
+# `make install`: where things go (DESTDIR is prepended to every path, for packaging).
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+CNICONFDIR ?= $(SYSCONFDIR)/cni/net.d
+# Which build to install: release (default) or debug.
+PROFILE    ?= release
 
 run: deps-run build-release
 	./target/release/crius
@@ -42,6 +51,23 @@ build: check-rust
 
 build-release: check-rust
 	$(CARGO) build --release --workspace --bins
+
+build-debug: build
+
+# The binaries (crius finds crius-shim and crius-shim-helper beside itself), the systemd unit,
+# a commented config (never over an existing one), and a single-node bridge network only when
+# the CNI config dir has no network yet.
+install: build-$(PROFILE)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/crius \
+	  $(DESTDIR)$(CNICONFDIR)
+	install -m 0755 target/$(PROFILE)/crius target/$(PROFILE)/crius-shim \
+	  target/$(PROFILE)/crius-shim-helper $(DESTDIR)$(BINDIR)/
+	sed 's|@BINDIR@|$(BINDIR)|g' contrib/systemd/crius.service > $(DESTDIR)$(UNITDIR)/crius.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/crius.service
+	[ -e $(DESTDIR)$(SYSCONFDIR)/crius/config.toml ] || \
+	  target/$(PROFILE)/crius config default > $(DESTDIR)$(SYSCONFDIR)/crius/config.toml
+	if ! ls $(DESTDIR)$(CNICONFDIR) | grep -Eq '\.(conf|conflist|json)$$'; then \
+	  install -m 0644 contrib/cni/10-crius-bridge.conflist $(DESTDIR)$(CNICONFDIR)/; fi
 
 lint: check-rust
 	$(CARGO) fmt --all -- --check

@@ -11,6 +11,7 @@ pub mod events;
 pub mod layout;
 pub mod logging;
 pub mod mounts;
+pub mod notify;
 pub mod pod;
 pub mod pod_cidr;
 pub mod records;

@@ -45,21 +45,52 @@ enum Command {
 enum ConfigCommand {
     /// Print the complete default configuration, every key with a comment.
     Default,
+    /// Check a configuration file (with its `config.d/` drop-ins) as crius would load it:
+    /// print `OK` and exit 0, or the error naming the key and exit 1.
+    Check {
+        /// The file to check [default: --config, else /etc/crius/config.toml].
+        file: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
+    // Before any thread exists: it changes the environment.
+    crius::notify::take_socket();
     let cli = Cli::parse();
-    if let Some(Command::Config {
-        command: ConfigCommand::Default,
-    }) = cli.command
-    {
-        print!("{DEFAULT_CONFIG}");
-        return ExitCode::SUCCESS;
+    match &cli.command {
+        Some(Command::Config {
+            command: ConfigCommand::Default,
+        }) => {
+            print!("{DEFAULT_CONFIG}");
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Config {
+            command: ConfigCommand::Check { file },
+        }) => return check_config(file.as_ref().or(cli.config.as_ref())),
+        None => {}
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("crius: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `crius config check`: load and validate as a start would, without starting.
+fn check_config(file: Option<&PathBuf>) -> ExitCode {
+    let path = file
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+    let checked = Config::load(&path, true).and_then(|config| config.validate(&path));
+    match checked {
+        Ok(()) => {
+            println!("{}: OK", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("crius: {}", crius_common::error_chain(&e));
             ExitCode::FAILURE
         }
     }

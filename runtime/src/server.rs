@@ -147,6 +147,11 @@ pub async fn serve(
         });
     tokio::pin!(server);
     tracing::info!(socket = %path.display(), "serving the CRI");
+    // The socket is bound and listening: calls queue from now on, so systemd may start kubelet.
+    crate::notify::notify(&format!(
+        "READY=1\nSTATUS=serving the CRI on {}",
+        path.display()
+    ));
 
     let result = tokio::select! {
         r = &mut server => r.context("grpc server"),
@@ -176,6 +181,7 @@ where
     F: std::future::Future<Output = Result<(), tonic::transport::Error>>,
 {
     tracing::info!("{signal}: no new calls; waiting for those in flight");
+    crate::notify::notify("STOPPING=1\nSTATUS=stopping: waiting for calls in flight");
     for service in ["", "runtime.v1.RuntimeService", "runtime.v1.ImageService"] {
         health
             .set_service_status(service, tonic_health::ServingStatus::NotServing)

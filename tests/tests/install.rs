@@ -1,0 +1,250 @@
+//! `make install` and crius as a systemd service: the installed files, the unit (checked by
+//! `systemd-analyze verify`), and the installed crius serving the CRI and telling a (fake)
+//! service manager READY=1 once its socket takes calls and STOPPING=1 when it stops.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crius_api::v1::runtime_service_client::RuntimeServiceClient;
+use crius_api::v1::*;
+use crius_tests::TestDir;
+
+/// The repository (the Makefile's directory).
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `make install PROFILE=debug` with `vars`; the debug build exists when tests run.
+fn make_install(vars: &[String]) {
+    let out = Command::new("make")
+        .arg("-C")
+        .arg(repo())
+        .arg("install")
+        .arg("PROFILE=debug")
+        .args(vars)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "make install: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn make_install_puts_binaries_unit_config_and_a_network_in_place() {
+    let dir = TestDir::new("install").unwrap();
+    let dest = dir.join("dest");
+    make_install(&[format!("DESTDIR={}", dest.display()), "PREFIX=/usr".into()]);
+
+    for bin in ["crius", "crius-shim", "crius-shim-helper"] {
+        assert_eq!(mode(&dest.join("usr/bin").join(bin)), 0o755, "{bin}");
+    }
+    let unit_path = dest.join("usr/lib/systemd/system/crius.service");
+    assert_eq!(mode(&unit_path), 0o644);
+    let unit = std::fs::read_to_string(&unit_path).unwrap();
+    for line in [
+        "Type=notify",
+        "ExecStart=/usr/bin/crius",
+        "Delegate=yes",
+        "KillMode=process",
+        "OOMScoreAdjust=-999",
+        "LimitNOFILE=1048576",
+        "WantedBy=multi-user.target",
+    ] {
+        assert!(
+            unit.lines().any(|l| l == line),
+            "unit lacks {line:?}:\n{unit}"
+        );
+    }
+    let config = dest.join("etc/crius/config.toml");
+    let default = Command::new(repo().join("target/debug/crius"))
+        .args(["config", "default"])
+        .output()
+        .unwrap();
+    assert_eq!(std::fs::read(&config).unwrap(), default.stdout);
+    let conflist = dest.join("etc/cni/net.d/10-crius-bridge.conflist");
+    let net: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&conflist).unwrap()).unwrap();
+    assert_eq!(net["plugins"][0]["type"], "bridge");
+
+    // Again over an edited config: the operator's file stays.
+    std::fs::write(&config, "log_level = \"debug\"\n").unwrap();
+    make_install(&[format!("DESTDIR={}", dest.display()), "PREFIX=/usr".into()]);
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "log_level = \"debug\"\n"
+    );
+
+    // A node that has a network already gets no second one.
+    let other = dir.join("other");
+    let net_d = other.join("etc/cni/net.d");
+    std::fs::create_dir_all(&net_d).unwrap();
+    std::fs::write(net_d.join("05-cluster.conflist"), "{}").unwrap();
+    make_install(&[format!("DESTDIR={}", other.display()), "PREFIX=/usr".into()]);
+    let names: Vec<_> = std::fs::read_dir(&net_d)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, ["05-cluster.conflist"]);
+}
+
+/// A crius started by hand: stopped (SIGTERM, then SIGKILL after 10 s) if a test fails before
+/// it does.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let until = Instant::now() + Duration::from_secs(10);
+            while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Receive one notification, waiting at most `limit`.
+fn next_notification(socket: &UnixDatagram, limit: Duration) -> String {
+    socket.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = socket
+        .recv(&mut buf)
+        .unwrap_or_else(|e| panic!("no notification within {limit:?}: {e}"));
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test]
+async fn the_installed_crius_serves_and_notifies_its_service_manager() {
+    let dir = TestDir::new("installed").unwrap();
+    let prefix = dir.join("usr");
+    let etc = dir.join("etc");
+    // Installed in place (no DESTDIR), so the unit names binaries that exist.
+    make_install(&[
+        format!("PREFIX={}", prefix.display()),
+        format!("SYSCONFDIR={}", etc.display()),
+    ]);
+    let unit = prefix.join("lib/systemd/system/crius.service");
+    match Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "systemd-analyze verify: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("systemd-analyze not run ({e}): the unit is not verified"),
+    }
+
+    let notify_path = dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let socket = dir.join("crius.sock");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    let log = std::fs::File::create(dir.join("crius.log")).unwrap();
+    let began = Instant::now();
+    let child = Command::new(prefix.join("bin/crius"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--root")
+        .arg(dir.join("root"))
+        .arg("--state")
+        .arg(dir.join("state"))
+        .arg("--listen")
+        .arg(format!("unix://{}", socket.display()))
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let ready = next_notification(&notify, Duration::from_secs(30));
+    let ready_after = began.elapsed();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    eprintln!("READY=1 after {ready_after:?}");
+
+    // READY means the socket takes calls: no retry here.
+    let channel = crius_tests::crius::connect(&socket).await.unwrap();
+    let mut rt = RuntimeServiceClient::new(channel);
+    let version = rt
+        .version(VersionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(version.runtime_name, "crius");
+    let pod_config = PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: "installed".into(),
+            namespace: "default".into(),
+            uid: "installed-uid".into(),
+            attempt: 0,
+        }),
+        linux: Some(LinuxPodSandboxConfig {
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    network: NamespaceMode::Node as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pod = rt
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(pod_config),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod,
+    })
+    .await
+    .unwrap();
+    drop(rt);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let stopping = next_notification(&notify, Duration::from_secs(10));
+    assert!(stopping.lines().any(|l| l == "STOPPING=1"), "{stopping:?}");
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "crius exited with {status}");
+    // The shims crius started never saw NOTIFY_SOCKET (crius removes it from its environment).
+    let log = std::fs::read_to_string(dir.join("crius.log")).unwrap();
+    assert!(!log.contains("notify systemd"), "{log}");
+}

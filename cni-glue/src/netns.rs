@@ -271,7 +271,7 @@ mod tests {
 
     #[test]
     fn remove_of_missing_path_is_ok() {
-        if !crate::test_support::is_root("remove_of_missing_path_is_ok") {
+        if !crius_common::test_needs_root("remove_of_missing_path_is_ok") {
             return;
         }
         let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,6 @@
 //! What every crius crate needs from the file system and had written once each: replacing a
 //! file atomically with an explicit durability, reading `/proc/self/mountinfo`, and removing a
-//! cgroup directory tree. std only, as the shim links it.
+//! cgroup directory tree. std and libc only, as the shim links it.
 
 pub mod fs;
 pub mod mountinfo;
@@ -20,6 +20,18 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     out
+}
+
+/// For tests that need root (mounts, chown, the full capability set, a system bus): whether
+/// test `name` can run. Without root it says the test is skipped, and the test returns (`make
+/// unit` runs without root).
+pub fn test_needs_root(name: &str) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped {name}: needs root");
+    }
+    root
 }
 
 #[cfg(test)]

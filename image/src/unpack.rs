@@ -782,7 +782,7 @@ mod tests {
 
     #[test]
     fn refuses_escapes() {
-        if !crate::test_support::is_root("refuses_escapes") {
+        if !crius_common::test_needs_root("refuses_escapes") {
             return;
         }
         use tar::EntryType as T;
@@ -832,7 +832,7 @@ mod tests {
 
     #[test]
     fn diff_id_mismatch_is_refused() {
-        if !crate::test_support::is_root("diff_id_mismatch_is_refused") {
+        if !crius_common::test_needs_root("diff_id_mismatch_is_refused") {
             return;
         }
         let data = tar_of(&[("f", tar::EntryType::Regular, "x")]);
@@ -856,7 +856,7 @@ mod tests {
 
     #[test]
     fn zstd_layers() {
-        if !crate::test_support::is_root("zstd_layers") {
+        if !crius_common::test_needs_root("zstd_layers") {
             return;
         }
         let data = tar_of(&[("z", tar::EntryType::Regular, "zstd!")]);

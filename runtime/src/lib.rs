@@ -23,17 +23,3 @@ pub mod store;
 pub mod stream;
 pub mod userns;
 pub mod util;
-
-#[cfg(test)]
-mod test_support {
-    /// Whether the test `name` can run: it needs root (mounts, chown, the full capability set
-    /// or a system bus); without root it says so and is skipped (`make unit` runs without root).
-    pub fn is_root(name: &str) -> bool {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
-        if !root {
-            eprintln!("skipped {name}: needs root");
-        }
-        root
-    }
-}

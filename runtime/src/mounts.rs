@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn root_is_a_mountpoint_and_unmount_of_a_plain_dir_is_ok() {
-        if !crate::test_support::is_root("root_is_a_mountpoint_and_unmount_of_a_plain_dir_is_ok") {
+        if !crius_common::test_needs_root("root_is_a_mountpoint_and_unmount_of_a_plain_dir_is_ok") {
             return;
         }
         assert!(is_mountpoint(Path::new("/")));

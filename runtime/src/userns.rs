@@ -558,7 +558,7 @@ mod tests {
 
     #[test]
     fn reachable_names_the_first_blocking_directory_and_open_own_opens_only_its_users() {
-        if !crate::test_support::is_root(
+        if !crius_common::test_needs_root(
             "reachable_names_the_first_blocking_directory_and_open_own_opens_only_its_users",
         ) {
             return;

@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn connect_start_and_stop_against_a_fake_manager() {
-        if !crate::test_support::is_root("connect_start_and_stop_against_a_fake_manager") {
+        if !crius_common::test_needs_root("connect_start_and_stop_against_a_fake_manager") {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn a_failed_start_job_is_an_error_naming_the_unit() {
-        if !crate::test_support::is_root("a_failed_start_job_is_an_error_naming_the_unit") {
+        if !crius_common::test_needs_root("a_failed_start_job_is_an_error_naming_the_unit") {
             return;
         }
         let dir = tempfile::tempdir().unwrap();

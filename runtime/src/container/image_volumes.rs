@@ -331,7 +331,8 @@ mod tests {
 
     #[test]
     fn copy_up_keeps_owner_mode_links_and_stays_in_the_rootfs() {
-        if !crate::test_support::is_root("copy_up_keeps_owner_mode_links_and_stays_in_the_rootfs") {
+        if !crius_common::test_needs_root("copy_up_keeps_owner_mode_links_and_stays_in_the_rootfs")
+        {
             return;
         }
         let root = tempfile::tempdir().unwrap();
@@ -387,7 +388,7 @@ mod tests {
 
     #[test]
     fn covered_paths_get_no_volume() {
-        if !crate::test_support::is_root("covered_paths_get_no_volume") {
+        if !crius_common::test_needs_root("covered_paths_get_no_volume") {
             return;
         }
         let root = tempfile::tempdir().unwrap();

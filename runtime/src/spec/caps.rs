@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn add_and_drop_accept_any_case_and_prefix() {
-        if !crate::test_support::is_root("add_and_drop_accept_any_case_and_prefix") {
+        if !crius_common::test_needs_root("add_and_drop_accept_any_case_and_prefix") {
             return;
         }
         let caps = container_caps(
@@ -246,7 +246,7 @@ mod tests {
 
     #[test]
     fn all_in_drop_then_add_named() {
-        if !crate::test_support::is_root("all_in_drop_then_add_named") {
+        if !crius_common::test_needs_root("all_in_drop_then_add_named") {
             return;
         }
         let caps = container_caps(Some(&cri(&["NET_BIND_SERVICE"], &["ALL"], &[])), false).unwrap();
@@ -263,7 +263,7 @@ mod tests {
 
     #[test]
     fn ambient_goes_everywhere() {
-        if !crate::test_support::is_root("ambient_goes_everywhere") {
+        if !crius_common::test_needs_root("ambient_goes_everywhere") {
             return;
         }
         let caps = container_caps(Some(&cri(&[], &[], &["NET_ADMIN"])), false).unwrap();
@@ -287,7 +287,7 @@ mod tests {
 
     #[test]
     fn privileged_gets_everything() {
-        if !crate::test_support::is_root("privileged_gets_everything") {
+        if !crius_common::test_needs_root("privileged_gets_everything") {
             return;
         }
         let caps = container_caps(Some(&cri(&[], &["ALL"], &[])), true).unwrap();

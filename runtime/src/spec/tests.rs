@@ -369,7 +369,7 @@ fn user_namespace_mappings() {
 
 #[test]
 fn privileged_needs_a_privileged_pod() {
-    if !crate::test_support::is_root("privileged_needs_a_privileged_pod") {
+    if !crius_common::test_needs_root("privileged_needs_a_privileged_pod") {
         return;
     }
     let f = fixture();
@@ -426,7 +426,7 @@ fn privileged_needs_a_privileged_pod() {
 
 #[test]
 fn runtime_default_seccomp_follows_capabilities() {
-    if !crate::test_support::is_root("runtime_default_seccomp_follows_capabilities") {
+    if !crius_common::test_needs_root("runtime_default_seccomp_follows_capabilities") {
         return;
     }
     let f = fixture();

@@ -109,6 +109,30 @@ fn exec_failed(id: &str, what: &str, e: &dyn std::fmt::Display) -> ShimError {
 }
 
 impl ExecJob {
+    /// A job whose helper was just spawned; `stream` makes it an `exec_stream`.
+    fn new(
+        token: Token,
+        container: String,
+        process_file: PathBuf,
+        out: [Capture; 2],
+        deadline: Option<Instant>,
+        stream: Option<StreamHandoff>,
+    ) -> Self {
+        Self {
+            token,
+            container,
+            pid: None,
+            out,
+            status: None,
+            deadline,
+            timed_out: false,
+            drain_until: None,
+            process_file,
+            streaming: stream.is_some(),
+            stream,
+        }
+    }
+
     /// Its pending timers: the deadline (while it runs) and the end of the drain.
     pub(super) fn timers(&self) -> [Option<Instant>; 2] {
         let deadline = if self.timed_out || self.status.is_some() {
@@ -139,22 +163,9 @@ impl Shim {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let deadline =
             (req.timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(req.timeout_ms));
-        self.execs.insert(
-            exec_id,
-            ExecJob {
-                token,
-                container: id,
-                pid: None,
-                out: [Capture::new(out_r, limit), Capture::new(err_r, limit)],
-                status: None,
-                deadline,
-                timed_out: false,
-                drain_until: None,
-                process_file,
-                streaming: false,
-                stream: None,
-            },
-        );
+        let out = [Capture::new(out_r, limit), Capture::new(err_r, limit)];
+        let job = ExecJob::new(token, id, process_file, out, deadline, None);
+        self.execs.insert(exec_id, job);
         Ok(())
     }
 
@@ -262,25 +273,13 @@ impl Shim {
             }
         }
         let (exec_id, process_file) = self.spawn_exec(&id, &process, child)?;
-        self.execs.insert(
-            exec_id,
-            ExecJob {
-                token,
-                container: id,
-                pid: None,
-                out: [Capture::empty(), Capture::empty()],
-                status: None,
-                deadline: None,
-                timed_out: false,
-                drain_until: None,
-                process_file,
-                streaming: true,
-                stream: Some(StreamHandoff {
-                    stdin: req.stdin,
-                    fds: handoff,
-                }),
-            },
-        );
+        let stream = StreamHandoff {
+            stdin: req.stdin,
+            fds: handoff,
+        };
+        let out = [Capture::empty(), Capture::empty()];
+        let job = ExecJob::new(token, id, process_file, out, None, Some(stream));
+        self.execs.insert(exec_id, job);
         Ok(())
     }
 

@@ -285,7 +285,10 @@ async fn launch(bin: &Path, dir: &TestDir, data: &Path, grpc: &Handle) -> Result
     }
 }
 
-/// Polls until the socket accepts a connection, then opens the gRPC channel on it.
+/// Polls until the socket accepts a connection, then opens the gRPC channel on it and waits for
+/// a `Version` answer: crius binds its socket before it opens its database and recovers, so a
+/// connection alone does not mean it serves (what a test checks right after a start or restart
+/// may not be done yet).
 async fn wait_for_socket(
     child: &mut Child,
     socket: &Path,
@@ -298,7 +301,19 @@ async fn wait_for_socket(
         }
         if UnixStream::connect(socket).await.is_ok() {
             let socket = socket.to_path_buf();
-            return match grpc.spawn(async move { connect(&socket).await }).await {
+            let serving = async move {
+                let channel = connect(&socket).await?;
+                let mut client = RuntimeServiceClient::new(channel.clone());
+                let request = crius_api::v1::VersionRequest::default();
+                match tokio::time::timeout(START_TIMEOUT, client.version(request)).await {
+                    Ok(Ok(_)) => Ok(channel),
+                    Ok(Err(status)) => Err(Error::Serve(format!("Version: {status}"))),
+                    Err(_) => Err(Error::Serve(format!(
+                        "no answer to Version within {START_TIMEOUT:?}"
+                    ))),
+                }
+            };
+            return match grpc.spawn(serving).await {
                 Ok(Ok(channel)) => Ok(channel),
                 Ok(Err(err)) => Err(format!("{err:?}")),
                 Err(join) => Err(format!("connect task failed: {join}")),

@@ -82,6 +82,10 @@ pub enum Error {
         #[source]
         source: tonic::transport::Error,
     },
+
+    /// crius took connections but did not answer a call.
+    #[error("crius does not serve: {0}")]
+    Serve(String),
 }
 
 impl Error {

@@ -1,6 +1,7 @@
 //! `make install` and crius as a systemd service: the installed files, the unit (checked by
-//! `systemd-analyze verify`), and the installed crius serving the CRI and telling a (fake)
-//! service manager READY=1 once its socket takes calls and STOPPING=1 when it stops.
+//! `systemd-analyze verify`), and the installed crius serving the CRI, answering `crius
+//! status`, and telling a (fake) service manager READY=1 once its socket takes calls,
+//! RELOADING=1 and READY=1 around a SIGHUP, and STOPPING=1 when it stops.
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::PermissionsExt;
@@ -125,6 +126,12 @@ impl Drop for Running {
     }
 }
 
+/// CLOCK_MONOTONIC in microseconds, the clock of sd_notify's MONOTONIC_USEC.
+fn monotonic_usec() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    ts.tv_sec() as u64 * 1_000_000 + ts.tv_nsec() as u64 / 1_000
+}
+
 /// Receive one notification, waiting at most `limit`.
 fn next_notification(socket: &UnixDatagram, limit: Duration) -> String {
     socket.set_read_timeout(Some(limit)).unwrap();
@@ -223,6 +230,52 @@ async fn the_installed_crius_serves_and_notifies_its_service_manager() {
         .unwrap()
         .into_inner()
         .pod_sandbox_id;
+
+    // The installed `crius status`, with the socket from the installed config plus --listen.
+    let out = Command::new(prefix.join("bin/crius"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--listen")
+        .arg(format!("unix://{}", socket.display()))
+        .arg("status")
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        status.lines().any(|l| l == "pods:        1 (1 ready)"),
+        "{status}"
+    );
+
+    // SIGHUP (`systemctl reload`): RELOADING=1 stamped with the monotonic clock, then READY=1.
+    let before = monotonic_usec();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let reloading = next_notification(&notify, Duration::from_secs(10));
+    assert!(
+        reloading.lines().any(|l| l == "RELOADING=1"),
+        "{reloading:?}"
+    );
+    let stamp: u64 = reloading
+        .lines()
+        .find_map(|l| l.strip_prefix("MONOTONIC_USEC="))
+        .unwrap_or_else(|| panic!("no MONOTONIC_USEC in {reloading:?}"))
+        .parse()
+        .unwrap();
+    assert!(
+        (before..=monotonic_usec()).contains(&stamp),
+        "MONOTONIC_USEC={stamp} not between {before} and now"
+    );
+    let ready = next_notification(&notify, Duration::from_secs(10));
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+
     rt.stop_pod_sandbox(StopPodSandboxRequest {
         pod_sandbox_id: pod.clone(),
     })

@@ -56,9 +56,10 @@ build-release: check-rust
 
 build-debug: build
 
-# The binaries (crius finds crius-shim and crius-shim-helper beside itself), the systemd unit,
-# a commented config (never over an existing one), and a single-node bridge network only when
-# the CNI config dir has no network yet.
+# The binaries (crius finds crius-shim beside itself, the shim its helper; crius-pause is not
+# installed: the shim carries a static build of it, which crius writes to <state>/bin at start),
+# the systemd unit, a commented config (never over an existing one), and a single-node bridge
+# network only when the CNI config dir has no network yet.
 install: build-$(PROFILE)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/crius \
 	  $(DESTDIR)$(CNICONFDIR)
@@ -71,7 +72,7 @@ install: build-$(PROFILE)
 	if ! ls $(DESTDIR)$(CNICONFDIR) | grep -Eq '\.(conf|conflist|json)$$'; then \
 	  install -m 0644 contrib/cni/10-crius-bridge.conflist $(DESTDIR)$(CNICONFDIR)/; fi
 
-# A Debian package (target/debian/crius_<version>_<arch>.deb) with what `make install
+# A Debian package (target/debian/crius_<version>-1_<arch>.deb) with what `make install
 # PREFIX=/usr` installs, made by cargo-deb from [package.metadata.deb] in runtime/Cargo.toml.
 # cargo-deb packages release builds only; the unit and the default config are written here
 # first, as install writes them. contrib/debian/ holds the maintainer scripts.

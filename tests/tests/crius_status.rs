@@ -1,6 +1,6 @@
-//! The operator's subcommands of the `crius` binary: `crius config check` on good and broken
-//! files (drop-ins included), and `crius status` against a real crius with a pod and
-//! containers in each state, as an operator would run them: exit codes and printed lines.
+//! `crius status` as an operator runs it, against a real crius with a pod and containers in
+//! each state: exit codes and printed lines. (The other subcommands, which need no running
+//! crius, are tested in `runtime/tests/cli.rs`.)
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -10,7 +10,6 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::Env;
-use crius_tests::TestDir;
 
 /// Runs the crius binary under test with `args`.
 fn crius(args: &[&str]) -> Output {
@@ -22,80 +21,6 @@ fn crius(args: &[&str]) -> Output {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-#[test]
-fn help_lists_the_subcommands() {
-    let out = crius(&["--help"]);
-    assert!(out.status.success());
-    let help = text(&out.stdout);
-    for sub in ["config", "status"] {
-        assert!(
-            help.lines().any(|l| l.trim_start().starts_with(sub)),
-            "{sub} missing from:\n{help}"
-        );
-    }
-    let help = text(&crius(&["config", "--help"]).stdout);
-    for sub in ["default", "check"] {
-        assert!(
-            help.lines().any(|l| l.trim_start().starts_with(sub)),
-            "config {sub} missing from:\n{help}"
-        );
-    }
-}
-
-#[test]
-fn config_check_says_ok_or_names_the_file_line_and_key() {
-    let dir = TestDir::new("config-check").unwrap();
-    let config = dir.join("config.toml");
-    let config_s = config.to_str().unwrap();
-    let drop_ins = dir.join("config.d");
-    std::fs::create_dir(&drop_ins).unwrap();
-    std::fs::write(&config, "log_level = \"debug\"\n[stream]\nport = 10010\n").unwrap();
-    std::fs::write(drop_ins.join("10-log.toml"), "log_format = \"json\"\n").unwrap();
-
-    let out = crius(&["config", "check", config_s]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), format!("{config_s}: OK\n"));
-
-    // The default configuration checks too: what `make install` writes is loadable.
-    let default = dir.join("default.toml");
-    std::fs::write(&default, crius(&["config", "default"]).stdout).unwrap();
-    let out = crius(&["config", "check", default.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-
-    // A bad key in a drop-in: named with its file and line; nothing on stdout.
-    let bad = drop_ins.join("20-typo.toml");
-    std::fs::write(&bad, "\n[stream]\nidle_timeout = 60\n").unwrap();
-    let out = crius(&["config", "check", config_s]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(out.stdout.is_empty());
-    let err = text(&out.stderr);
-    assert!(
-        err.starts_with(&format!(
-            "crius: {}:3: stream.idle_timeout: unknown field `idle_timeout`",
-            bad.display()
-        )),
-        "{err}"
-    );
-    std::fs::remove_file(&bad).unwrap();
-
-    // A value the types allow but crius does not.
-    std::fs::write(&config, "root = \"var/lib/crius\"\n").unwrap();
-    let out = crius(&["config", "check", config_s]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(err.contains("root: must be absolute"), "{err}");
-
-    // --config names the file when no argument does; a missing file is an error.
-    let missing = dir.join("missing.toml");
-    let out = crius(&["--config", missing.to_str().unwrap(), "config", "check"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains(&format!("read config {}", missing.display())),
-        "{err}"
-    );
 }
 
 /// The value printed after `key:` in `crius status` output.

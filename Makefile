@@ -3,7 +3,8 @@
 #   make test  installs what the tests need, builds, runs every test
 # Also: make unit (the tests that need neither root nor containers; building needs the
 #       packages `make deps-run` installs), make e2e (the integration and end-to-end tests
-#       only, as root), make lint (fmt, clippy, rustdoc).
+#       only, as root), make lint (fmt, clippy, rustdoc), make install (binaries, systemd unit,
+#       config, a CNI network if none), make deb (a Debian package of the same).
 
 CARGO ?= cargo
 # Debian packages crius or its tests use at run time.
@@ -17,7 +18,8 @@ RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables 
 TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd \
                  python3-venv
 
-.PHONY: run test unit e2e build build-debug build-release install deps-run deps-test check-rust lint
+.PHONY: run test unit e2e build build-debug build-release install deb cargo-deb deps-run deps-test \
+        check-rust lint
 
 # `make install`: where things go (DESTDIR is prepended to every path, for packaging).
 PREFIX     ?= /usr/local
@@ -54,9 +56,10 @@ build-release: check-rust
 
 build-debug: build
 
-# The binaries (crius finds crius-shim and crius-shim-helper beside itself), the systemd unit,
-# a commented config (never over an existing one), and a single-node bridge network only when
-# the CNI config dir has no network yet.
+# The binaries (crius finds crius-shim beside itself, the shim its helper; crius-pause is not
+# installed: the shim carries a static build of it, which crius writes to <state>/bin at start),
+# the systemd unit, a commented config (never over an existing one), and a single-node bridge
+# network only when the CNI config dir has no network yet.
 install: build-$(PROFILE)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/crius \
 	  $(DESTDIR)$(CNICONFDIR)
@@ -68,6 +71,21 @@ install: build-$(PROFILE)
 	  target/$(PROFILE)/crius config default > $(DESTDIR)$(SYSCONFDIR)/crius/config.toml
 	if ! ls $(DESTDIR)$(CNICONFDIR) | grep -Eq '\.(conf|conflist|json)$$'; then \
 	  install -m 0644 contrib/cni/10-crius-bridge.conflist $(DESTDIR)$(CNICONFDIR)/; fi
+
+# A Debian package (target/debian/crius_<version>-1_<arch>.deb) with what `make install
+# PREFIX=/usr` installs, made by cargo-deb from [package.metadata.deb] in runtime/Cargo.toml.
+# cargo-deb packages release builds only; the unit and the default config are written here
+# first, as install writes them. contrib/debian/ holds the maintainer scripts.
+DEB_ASSETS := target/release/deb-assets
+deb: build-release cargo-deb
+	rm -rf $(DEB_ASSETS)
+	mkdir -p $(DEB_ASSETS)
+	sed 's|@BINDIR@|/usr/bin|g' contrib/systemd/crius.service > $(DEB_ASSETS)/crius.service
+	target/release/crius config default > $(DEB_ASSETS)/config.toml
+	$(CARGO) deb -p crius --no-build --no-strip
+
+cargo-deb: check-rust
+	@$(CARGO) deb --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deb
 
 lint: check-rust
 	$(CARGO) fmt --all -- --check

@@ -94,6 +94,9 @@ idle_timeout_secs = 14400
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// The files this configuration was read from; not a key of the file.
+    #[serde(skip)]
+    pub source: ConfigSource,
     pub root: PathBuf,
     pub state: PathBuf,
     pub listen: String,
@@ -178,6 +181,7 @@ pub struct StreamConfig {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            source: ConfigSource::default(),
             root: PathBuf::from("/var/lib/crius"),
             state: PathBuf::from("/run/crius"),
             listen: "unix:///run/crius/crius.sock".to_string(),
@@ -293,13 +297,17 @@ impl Config {
                 merge(&mut merged, table);
             }
         }
-        let config = Config::deserialize(merged).map_err(|e| ConfigError::Parse {
+        let mut config = Config::deserialize(merged).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             line: 0,
             key: String::new(),
             message: format!("the files together: {}", e.message().trim()),
         })?;
         config.validate(path)?;
+        config.source = ConfigSource {
+            path: Some(path.to_path_buf()),
+            files: files.into_iter().map(|(p, _)| p).collect(),
+        };
         Ok(config)
     }
 
@@ -417,6 +425,17 @@ impl Config {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
+}
+
+/// Where a loaded configuration came from, for `Status` (verbose) and `crius status`: an
+/// operator asking why a key has its value needs the files, not only the merged result.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigSource {
+    /// The file crius was told to read (`--config`, else the default path); `None` for a
+    /// configuration that was not loaded from a file.
+    pub path: Option<PathBuf>,
+    /// The files actually read, in order: `path` if it exists, then its drop-ins.
+    pub files: Vec<PathBuf>,
 }
 
 /// The drop-in directory of config file `path`: `config.d` beside it
@@ -606,7 +625,16 @@ mod tests {
     fn missing_default_file_is_defaults_but_named_file_must_exist() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("none.toml");
-        assert_eq!(Config::load(&missing, false).unwrap(), Config::default());
+        let loaded = Config::load(&missing, false).unwrap();
+        assert_eq!(loaded.source.path.as_deref(), Some(missing.as_path()));
+        assert!(loaded.source.files.is_empty());
+        assert_eq!(
+            Config {
+                source: ConfigSource::default(),
+                ..loaded
+            },
+            Config::default()
+        );
         assert!(Config::load(&missing, true).is_err());
     }
 
@@ -625,6 +653,14 @@ mod tests {
         std::fs::write(drop.join("10-port.toml"), "[stream]\nport = 1500\n").unwrap();
         std::fs::write(drop.join("notes.txt"), "not toml = [").unwrap();
         let c = Config::load(&main, true).unwrap();
+        assert_eq!(
+            c.source.files,
+            [
+                main.clone(),
+                drop.join("10-port.toml"),
+                drop.join("20-port.toml")
+            ]
+        );
         assert_eq!(c.log_level, "debug");
         assert_eq!(c.stream.port, 2000, "the last drop-in by name wins");
         assert_eq!(c.stream.header_timeout_secs, 5, "tables merge key by key");

@@ -3,6 +3,7 @@
 
 pub mod authority;
 pub mod cgroups;
+pub mod cli;
 pub mod config;
 pub mod container;
 pub mod daemon;

@@ -89,7 +89,8 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
 }
 
 /// Re-reads the configuration (`read`) on every SIGHUP until the process ends: the log level
-/// changes at once; every other change is named in the log as waiting for a restart.
+/// changes at once; every other change is named in the log as waiting for a restart. systemd
+/// hears `RELOADING=1` before and `READY=1` after each re-read, whatever its outcome.
 pub fn reload_on_hangup(
     mut hangup: tokio::signal::unix::Signal,
     handle: LogHandle,
@@ -98,39 +99,48 @@ pub fn reload_on_hangup(
 ) {
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
-            let new = match read() {
-                Ok(new) => new,
-                Err(e) => {
-                    tracing::warn!(
-                        "SIGHUP: the configuration does not load, nothing changed: {e:#}"
-                    );
-                    continue;
-                }
-            };
-            if new.log_level != in_force.log_level {
-                match handle.set_level(&new.log_level) {
-                    Ok(()) => {
-                        tracing::info!(
-                            from = %in_force.log_level,
-                            to = %new.log_level,
-                            "SIGHUP: log level changed"
-                        );
-                        in_force.log_level = new.log_level.clone();
-                    }
-                    Err(e) => tracing::warn!("SIGHUP: {e:#}"),
-                }
-            }
-            let waiting = needs_restart(&in_force, &new);
-            if waiting.is_empty() {
-                tracing::info!("SIGHUP: configuration re-read");
-            } else {
-                tracing::warn!(
-                    keys = %waiting.join(", "),
-                    "SIGHUP: configuration re-read; these changes take effect at the next start"
-                );
-            }
+            crate::notify::reloading();
+            reload(&handle, &mut in_force, &read);
+            let socket = in_force.socket_path().unwrap_or_default();
+            crate::notify::notify(&format!(
+                "READY=1\nSTATUS=serving the CRI on {}",
+                socket.display()
+            ));
         }
     });
+}
+
+/// One SIGHUP's re-read: apply the new log level, name the changes that wait for a restart.
+fn reload(handle: &LogHandle, in_force: &mut Config, read: &impl Fn() -> anyhow::Result<Config>) {
+    let new = match read() {
+        Ok(new) => new,
+        Err(e) => {
+            tracing::warn!("SIGHUP: the configuration does not load, nothing changed: {e:#}");
+            return;
+        }
+    };
+    if new.log_level != in_force.log_level {
+        match handle.set_level(&new.log_level) {
+            Ok(()) => {
+                tracing::info!(
+                    from = %in_force.log_level,
+                    to = %new.log_level,
+                    "SIGHUP: log level changed"
+                );
+                in_force.log_level = new.log_level.clone();
+            }
+            Err(e) => tracing::warn!("SIGHUP: {e:#}"),
+        }
+    }
+    let waiting = needs_restart(in_force, &new);
+    if waiting.is_empty() {
+        tracing::info!("SIGHUP: configuration re-read");
+    } else {
+        tracing::warn!(
+            keys = %waiting.join(", "),
+            "SIGHUP: configuration re-read; these changes take effect at the next start"
+        );
+    }
 }
 
 #[cfg(test)]

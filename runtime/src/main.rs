@@ -1,4 +1,5 @@
-//! The `crius` binary: serve the CRI, or print the default configuration.
+//! The `crius` binary: serve the CRI; print or check a configuration; ask a running crius how
+//! it is (`crius status`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,10 +35,20 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Configuration helpers.
+    /// Print the default configuration, or check a configuration file.
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
+    },
+    /// Ask a running crius how it is: version, uptime, config files, pods, containers.
+    ///
+    /// Prints the version, pid and uptime, the configuration files it read, its conditions,
+    /// its pods and containers by state and its runtime handlers, all from CRI calls on its
+    /// socket; exits 1 if it does not answer within 10 s.
+    Status {
+        /// Its socket, a path or unix:///PATH [default: `listen` of the configuration].
+        #[arg(long)]
+        socket: Option<String>,
     },
 }
 
@@ -67,6 +78,7 @@ fn main() -> ExitCode {
         Some(Command::Config {
             command: ConfigCommand::Check { file },
         }) => return check_config(file.as_ref().or(cli.config.as_ref())),
+        Some(Command::Status { socket }) => return status(&cli, socket.as_deref()),
         None => {}
     }
     match run(cli) {
@@ -92,6 +104,39 @@ fn check_config(file: Option<&PathBuf>) -> ExitCode {
         Err(e) => {
             eprintln!("crius: {}", crius_common::error_chain(&e));
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `crius status`: query the crius on `socket`, else on the configured `listen` socket.
+fn status(cli: &Cli, socket: Option<&str>) -> ExitCode {
+    let report = socket_to_query(cli, socket).and_then(|socket| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("start the async runtime")?
+            .block_on(crius::cli::status::query(&socket))
+    });
+    match report {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("crius: {}", crius_common::error_chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn socket_to_query(cli: &Cli, socket: Option<&str>) -> anyhow::Result<PathBuf> {
+    match socket {
+        Some(s) => Ok(PathBuf::from(s.strip_prefix("unix://").unwrap_or(s))),
+        None => {
+            let config = load_config(cli)?;
+            config
+                .socket_path()
+                .map_err(|m| anyhow::anyhow!("listen {:?}: {m}", config.listen))
         }
     }
 }

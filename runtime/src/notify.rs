@@ -1,7 +1,10 @@
 //! systemd's service notification protocol (sd_notify(3)): datagrams of `KEY=VALUE` lines to
 //! the unix socket named by `$NOTIFY_SOCKET` (a path, or `@name` for an abstract socket). With
 //! `Type=notify` in crius's unit, systemd counts crius as started on `READY=1` (sent once the
-//! CRI socket accepts calls) and sees an orderly stop begin on `STOPPING=1`.
+//! CRI socket accepts calls) and sees an orderly stop begin on `STOPPING=1`. Around the
+//! re-read of the configuration on SIGHUP crius sends `RELOADING=1` and `READY=1` again, so
+//! `systemctl status` shows the reload, and a unit with `Type=notify-reload` (systemd 253 and
+//! later) would work as well.
 //!
 //! [`take_socket`] reads the variable once at start and removes it from the environment, so
 //! the processes crius starts (shims, CNI plugins) never talk to systemd as crius.
@@ -37,6 +40,27 @@ pub fn notify(state: &str) {
     }
 }
 
+/// Tell systemd a reload has begun. `MONOTONIC_USEC` (CLOCK_MONOTONIC in microseconds) is
+/// what systemd 253 and later require with `RELOADING=1` to tell this reload from an older
+/// one; earlier versions ignore it. Follow with `READY=1` once the reload is done.
+pub fn reloading() {
+    notify(&format!(
+        "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=re-reading the configuration",
+        monotonic_usec()
+    ));
+}
+
+fn monotonic_usec() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the struct we own; CLOCK_MONOTONIC
+    // always exists on Linux, so it cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000 + (ts.tv_nsec as u64) / 1_000
+}
+
 fn send(path: &str, state: &str) -> io::Result<()> {
     let addr = match path.strip_prefix('@') {
         Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,
@@ -67,5 +91,23 @@ mod tests {
         send(&format!("@{name}"), "STOPPING=1").unwrap();
         let n = receiver.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"STOPPING=1");
+    }
+
+    #[test]
+    fn monotonic_usec_is_the_monotonic_clock() {
+        // /proc/uptime counts CLOCK_BOOTTIME, which is never behind CLOCK_MONOTONIC.
+        let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let usec = monotonic_usec();
+        assert!(
+            usec > 0 && usec as f64 <= (uptime + 1.0) * 1e6,
+            "{usec} vs {uptime} s"
+        );
+        assert!(monotonic_usec() >= usec);
     }
 }

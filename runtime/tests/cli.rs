@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
-//! The `crius` binary as an operator meets it: flags, config errors, the socket claim and the
-//! orderly stop. gRPC behaviour is tested end to end in the `tests/` crate.
+//! The `crius` binary as an operator meets it: flags, `--help`, config errors and `crius config
+//! check`, the socket claim and the orderly stop. gRPC behaviour (and `crius status`, which
+//! needs a crius with pods) is tested end to end in the `tests/` crate.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -276,4 +277,87 @@ fn database_is_created_under_root() {
     assert!(Path::new(&dirs.path("root/crius.db")).is_file());
     d.signal(libc::SIGTERM);
     assert!(d.wait().status.success());
+}
+
+/// Runs the crius binary with `args` alone (no daemon flags).
+fn crius(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn help_lists_the_subcommands() {
+    let out = crius(&["--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for sub in ["config", "status"] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(sub)),
+            "{sub} missing from:\n{help}"
+        );
+    }
+    let help = text(&crius(&["config", "--help"]).stdout);
+    for sub in ["default", "check"] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(sub)),
+            "config {sub} missing from:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn config_check_says_ok_or_names_the_file_line_and_key() {
+    let dirs = Dirs::new();
+    let config = dirs.path("config.toml");
+    let config_s = config.to_str().unwrap();
+    let drop_ins = dirs.path("config.d");
+    std::fs::create_dir(&drop_ins).unwrap();
+    std::fs::write(&config, "log_level = \"debug\"\n[stream]\nport = 10010\n").unwrap();
+    std::fs::write(drop_ins.join("10-log.toml"), "log_format = \"json\"\n").unwrap();
+
+    let out = crius(&["config", "check", config_s]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("{config_s}: OK\n"));
+
+    // The default configuration checks too: what `make install` writes is loadable.
+    let default = dirs.path("default.toml");
+    std::fs::write(&default, crius(&["config", "default"]).stdout).unwrap();
+    let out = crius(&["config", "check", default.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // A bad key in a drop-in: named with its file and line; nothing on stdout.
+    let bad = drop_ins.join("20-typo.toml");
+    std::fs::write(&bad, "\n[stream]\nidle_timeout = 60\n").unwrap();
+    let out = crius(&["config", "check", config_s]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "crius: {}:3: stream.idle_timeout: unknown field `idle_timeout`",
+            bad.display()
+        )),
+        "{err}"
+    );
+    std::fs::remove_file(&bad).unwrap();
+
+    // A value the types allow but crius does not.
+    std::fs::write(&config, "root = \"var/lib/crius\"\n").unwrap();
+    let out = crius(&["config", "check", config_s]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("root: must be absolute"), "{err}");
+
+    // --config names the file when no argument does; a missing file is an error.
+    let missing = dirs.path("missing.toml");
+    let out = crius(&["--config", missing.to_str().unwrap(), "config", "check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("read config {}", missing.display())),
+        "{err}"
+    );
 }

@@ -1,6 +1,9 @@
 //! `make install` and crius as a systemd service: the installed files, the unit (checked by
-//! `systemd-analyze verify`), and the installed crius serving the CRI and telling a (fake)
-//! service manager READY=1 once its socket takes calls and STOPPING=1 when it stops.
+//! `systemd-analyze verify`), and the installed crius serving the CRI, answering `crius
+//! status`, and telling a (fake) service manager READY=1 once its socket takes calls,
+//! RELOADING=1 and READY=1 around a SIGHUP, and STOPPING=1 when it stops. `make deb`: the
+//! package holds the same files, and its maintainer scripts add the bridge network only to a
+//! node without one.
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::PermissionsExt;
@@ -125,6 +128,12 @@ impl Drop for Running {
     }
 }
 
+/// CLOCK_MONOTONIC in microseconds, the clock of sd_notify's MONOTONIC_USEC.
+fn monotonic_usec() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    ts.tv_sec() as u64 * 1_000_000 + ts.tv_nsec() as u64 / 1_000
+}
+
 /// Receive one notification, waiting at most `limit`.
 fn next_notification(socket: &UnixDatagram, limit: Duration) -> String {
     socket.set_read_timeout(Some(limit)).unwrap();
@@ -223,6 +232,52 @@ async fn the_installed_crius_serves_and_notifies_its_service_manager() {
         .unwrap()
         .into_inner()
         .pod_sandbox_id;
+
+    // The installed `crius status`, with the socket from the installed config plus --listen.
+    let out = Command::new(prefix.join("bin/crius"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--listen")
+        .arg(format!("unix://{}", socket.display()))
+        .arg("status")
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        status.lines().any(|l| l == "pods:        1 (1 ready)"),
+        "{status}"
+    );
+
+    // SIGHUP (`systemctl reload`): RELOADING=1 stamped with the monotonic clock, then READY=1.
+    let before = monotonic_usec();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let reloading = next_notification(&notify, Duration::from_secs(10));
+    assert!(
+        reloading.lines().any(|l| l == "RELOADING=1"),
+        "{reloading:?}"
+    );
+    let stamp: u64 = reloading
+        .lines()
+        .find_map(|l| l.strip_prefix("MONOTONIC_USEC="))
+        .unwrap_or_else(|| panic!("no MONOTONIC_USEC in {reloading:?}"))
+        .parse()
+        .unwrap();
+    assert!(
+        (before..=monotonic_usec()).contains(&stamp),
+        "MONOTONIC_USEC={stamp} not between {before} and now"
+    );
+    let ready = next_notification(&notify, Duration::from_secs(10));
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+
     rt.stop_pod_sandbox(StopPodSandboxRequest {
         pod_sandbox_id: pod.clone(),
     })
@@ -247,4 +302,159 @@ async fn the_installed_crius_serves_and_notifies_its_service_manager() {
     // The shims crius started never saw NOTIFY_SOCKET (crius removes it from its environment).
     let log = std::fs::read_to_string(dir.join("crius.log")).unwrap();
     assert!(!log.contains("notify systemd"), "{log}");
+}
+
+/// `cmd` run to completion; its stdout, or a panic with its stderr.
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn make_deb_packages_what_make_install_installs() {
+    let has_cargo_deb = Command::new("cargo")
+        .args(["deb", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_cargo_deb {
+        eprintln!("skipped make_deb_packages_what_make_install_installs: cargo-deb is not installed (`make deb` installs it)");
+        return;
+    }
+    let began = Instant::now();
+    run(Command::new("make").arg("-C").arg(repo()).arg("deb"));
+    eprintln!("make deb took {:?}", began.elapsed());
+    let arch = run(Command::new("dpkg").arg("--print-architecture"));
+    let deb = repo().join(format!(
+        "target/debian/crius_{}-1_{}.deb",
+        env!("CARGO_PKG_VERSION"),
+        arch.trim()
+    ));
+    assert!(deb.is_file(), "{} not made", deb.display());
+
+    // The listing: every file with its mode, as `make install PREFIX=/usr` puts them.
+    let listing = run(Command::new("dpkg-deb").arg("-c").arg(&deb));
+    let files: Vec<(&str, &str)> = listing
+        .lines()
+        .filter(|l| l.starts_with('-'))
+        .map(|l| {
+            let mut fields = l.split_whitespace();
+            let mode = fields.next().unwrap();
+            (mode, fields.last().unwrap().trim_start_matches('.'))
+        })
+        .collect();
+    for (path, mode) in [
+        ("/usr/bin/crius", "-rwxr-xr-x"),
+        ("/usr/bin/crius-shim", "-rwxr-xr-x"),
+        ("/usr/bin/crius-shim-helper", "-rwxr-xr-x"),
+        ("/usr/lib/systemd/system/crius.service", "-rw-r--r--"),
+        ("/etc/crius/config.toml", "-rw-r--r--"),
+        ("/usr/share/crius/10-crius-bridge.conflist", "-rw-r--r--"),
+    ] {
+        assert!(
+            files.contains(&(mode, path)),
+            "{path} ({mode}) missing:\n{listing}"
+        );
+    }
+    // No network is shipped into /etc/cni: postinst decides (below).
+    assert!(!listing.contains("etc/cni"), "{listing}");
+
+    let dir = TestDir::new("deb").unwrap();
+    let root = dir.join("root");
+    let control = dir.join("control");
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root));
+    run(Command::new("dpkg-deb").arg("-e").arg(&deb).arg(&control));
+
+    // The same unit as `make install PREFIX=/usr`, the default config, the repo's network.
+    let dest = dir.join("dest");
+    make_install(&[format!("DESTDIR={}", dest.display()), "PREFIX=/usr".into()]);
+    let unit = "usr/lib/systemd/system/crius.service";
+    assert_eq!(
+        std::fs::read_to_string(root.join(unit)).unwrap(),
+        std::fs::read_to_string(dest.join(unit)).unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/crius/config.toml")).unwrap(),
+        std::fs::read_to_string(dest.join("etc/crius/config.toml")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(root.join("usr/share/crius/10-crius-bridge.conflist")).unwrap(),
+        std::fs::read(repo().join("contrib/cni/10-crius-bridge.conflist")).unwrap()
+    );
+    // The packaged binaries run and accept the packaged config.
+    let version = run(Command::new(root.join("usr/bin/crius")).arg("--version"));
+    assert_eq!(
+        version.trim(),
+        format!("crius {}", env!("CARGO_PKG_VERSION"))
+    );
+    run(Command::new(root.join("usr/bin/crius"))
+        .args(["config", "check"])
+        .arg(root.join("etc/crius/config.toml")));
+
+    // Control: dependencies, the config as a conffile, the maintainer scripts.
+    let fields = std::fs::read_to_string(control.join("control")).unwrap();
+    let depends = fields
+        .lines()
+        .find_map(|l| l.strip_prefix("Depends: "))
+        .unwrap_or_else(|| panic!("no Depends in:\n{fields}"));
+    for dep in [
+        "libc6",
+        "libseccomp2",
+        "containernetworking-plugins",
+        "iptables",
+    ] {
+        assert!(depends.contains(dep), "Depends lacks {dep}: {depends}");
+    }
+    let conffiles = std::fs::read_to_string(control.join("conffiles")).unwrap();
+    assert_eq!(conffiles.trim(), "/etc/crius/config.toml");
+    for script in ["postinst", "prerm", "postrm"] {
+        assert_eq!(mode(&control.join(script)), 0o755, "{script}");
+    }
+
+    maintainer_scripts_add_the_network_only_to_a_node_without_one(&root, &control);
+}
+
+/// Runs postinst and postrm as dpkg would, in a mount namespace of their own whose /etc and
+/// /usr/share are empty tmpfs (plus the package's files) and whose /run hides
+/// /run/systemd/system, so they change nothing on this machine and never reach systemctl.
+fn maintainer_scripts_add_the_network_only_to_a_node_without_one(root: &Path, control: &Path) {
+    let script = format!(
+        r#"set -e
+mount -t tmpfs tmpfs /etc
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /usr/share
+mkdir -p /usr/share/crius
+cp {root}/usr/share/crius/10-crius-bridge.conflist /usr/share/crius/
+# a fresh node: no CNI config dir at all
+sh {control}/postinst configure ''
+cmp /etc/cni/net.d/10-crius-bridge.conflist /usr/share/crius/10-crius-bridge.conflist
+echo fresh: $(ls /etc/cni/net.d)
+# a node with a network of its own gets none
+rm /etc/cni/net.d/10-crius-bridge.conflist
+echo '{{}}' > /etc/cni/net.d/05-cluster.conflist
+sh {control}/postinst configure 0.0.9-1
+echo networked: $(ls /etc/cni/net.d)
+# purge removes what postinst wrote, nothing else
+rm /etc/cni/net.d/05-cluster.conflist
+sh {control}/postinst configure 0.0.9-1
+sh {control}/postrm purge
+echo purged: $(ls /etc/cni/net.d)
+"#,
+        root = root.display(),
+        control = control.display()
+    );
+    let out = run(Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(script));
+    assert_eq!(
+        out, "fresh: 10-crius-bridge.conflist\nnetworked: 05-cluster.conflist\npurged:\n",
+        "postinst/postrm"
+    );
 }

@@ -40,10 +40,11 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
             message: format!("Network plugin returns error: {e}"),
         },
     };
-    let mut info = HashMap::new();
-    if req.verbose {
-        info.insert("config".to_string(), daemon.config.to_json());
-    }
+    let info = if req.verbose {
+        verbose_info(daemon)
+    } else {
+        HashMap::new()
+    };
     Ok(StatusResponse {
         status: Some(RuntimeStatus {
             conditions: vec![runtime, network],
@@ -66,4 +67,33 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
             user_namespaces_host_network: false,
         }),
     })
+}
+
+/// `info` keys of a verbose Status (values are JSON, as the CRI asks): `config`, the effective
+/// configuration; `configPath`, the file crius was told to read (null without one);
+/// `configFiles`, the files it did read (that file if it exists, then its drop-ins);
+/// `startedAt`, when this crius started, in nanoseconds since the epoch like every CRI
+/// timestamp; `pid`. `crius status` prints them.
+fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
+    let json_path = |p: &std::path::Path| serde_json::Value::from(p.display().to_string());
+    let source = &daemon.config.source;
+    let config_path = source
+        .path
+        .as_deref()
+        .map_or(serde_json::Value::Null, json_path);
+    let config_files: Vec<_> = source.files.iter().map(|p| json_path(p)).collect();
+    let started_at = daemon
+        .started_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    HashMap::from([
+        ("config".to_string(), daemon.config.to_json()),
+        ("configPath".to_string(), config_path.to_string()),
+        (
+            "configFiles".to_string(),
+            serde_json::Value::from(config_files).to_string(),
+        ),
+        ("startedAt".to_string(), started_at.to_string()),
+        ("pid".to_string(), std::process::id().to_string()),
+    ])
 }

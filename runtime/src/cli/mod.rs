@@ -1,0 +1,5 @@
+//! Subcommands of the `crius` binary that do not serve: clients of a running crius (`crius
+//! status`). `crius config default` and `crius config check` stay in `main.rs`, being a print
+//! and a call into [`crate::config`].
+
+pub mod status;

@@ -60,6 +60,50 @@ impl Error {
     }
 }
 
+impl From<crate::cgroups::CgroupError> for Error {
+    /// A missing cgroup or controller is the node's state; a bad path or a value the kernel
+    /// refuses is the request's fault.
+    fn from(e: crate::cgroups::CgroupError) -> Error {
+        use crate::cgroups::CgroupError;
+        match &e {
+            CgroupError::NotFound(_) | CgroupError::NoController(_) => {
+                Error::FailedPrecondition(chain(&e))
+            }
+            CgroupError::BadPath { .. } => Error::InvalidArgument(chain(&e)),
+            _ if e.is_invalid_value() => Error::InvalidArgument(chain(&e)),
+            _ => Error::internal("cgroup", e),
+        }
+    }
+}
+
+impl From<crate::userns::UsernsError> for Error {
+    /// A filesystem that cannot be idmapped is the node's setup (FailedPrecondition); a
+    /// mapping the kernel refuses came from the request (InvalidArgument).
+    fn from(e: crate::userns::UsernsError) -> Error {
+        if let Some(path) = e.idmap_unsupported() {
+            return Error::FailedPrecondition(format!(
+                "{} is on a filesystem that does not support idmapped mounts, which a \
+                 user-namespaced pod needs to see it with the pod's ids",
+                path.display()
+            ));
+        }
+        if e.refused_mapping() {
+            return Error::InvalidArgument(format!("userns_options: {}", chain(&e)));
+        }
+        Error::internal("user namespace", e)
+    }
+}
+
+impl From<crate::stream::StreamError> for Error {
+    /// The streaming server not (yet) listening is transient; anything else is crius's.
+    fn from(e: crate::stream::StreamError) -> Error {
+        match e {
+            crate::stream::StreamError::NotRunning => Error::Unavailable(chain(&e)),
+            _ => Error::internal("prepare the stream", e),
+        }
+    }
+}
+
 impl From<crate::store::StoreError> for Error {
     fn from(e: crate::store::StoreError) -> Error {
         Error::internal("database", e)

@@ -120,20 +120,6 @@ impl CgroupError {
     }
 }
 
-impl From<CgroupError> for crate::error::Error {
-    fn from(e: CgroupError) -> crate::error::Error {
-        use crate::error::Error;
-        match &e {
-            CgroupError::NotFound(_) | CgroupError::NoController(_) => {
-                Error::FailedPrecondition(crate::error::chain(&e))
-            }
-            CgroupError::BadPath { .. } => Error::InvalidArgument(crate::error::chain(&e)),
-            _ if e.is_invalid_value() => Error::InvalidArgument(crate::error::chain(&e)),
-            _ => Error::internal("cgroup", e),
-        }
-    }
-}
-
 /// Who manages pod and container cgroups in this process, set once at start by [`init`];
 /// cgroupfs until then (and in unit tests).
 #[derive(Debug, Clone, PartialEq, Eq)]

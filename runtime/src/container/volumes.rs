@@ -48,19 +48,6 @@ fn mkdir(path: &Path) -> Result<()> {
     std::fs::create_dir_all(path).map_err(|e| internal("create", path, e))
 }
 
-/// A failed idmapped mount: FailedPrecondition naming the path when its filesystem cannot be
-/// idmapped (the node's setup, not a fault of crius), Internal otherwise.
-fn userns_err(e: userns::UsernsError) -> Error {
-    match e.idmap_unsupported() {
-        Some(path) => Error::FailedPrecondition(format!(
-            "{} is on a filesystem that does not support idmapped mounts, which a \
-             user-namespaced pod needs to see it with the pod's ids",
-            path.display()
-        )),
-        None => Error::internal("idmapped mount", e),
-    }
-}
-
 /// Idmapped binds of `lowerdirs` at `<staging>/<prefix>-<n>`, in order.
 fn idmap_layers(
     lowerdirs: &[PathBuf],
@@ -76,7 +63,7 @@ fn idmap_layers(
         if let Err(e) = bound {
             let _ = std::fs::remove_dir(&target);
             drop_staged(&staged);
-            return Err(userns_err(e));
+            return Err(e.into());
         }
         staged.push(target);
     }
@@ -254,11 +241,11 @@ impl Daemon {
             let fd = match userns {
                 Some(ns) if ns.maps == maps => ns.fd.as_fd(),
                 _ => {
-                    own = userns::open_new(&maps).map_err(userns_err)?;
+                    own = userns::open_new(&maps).map_err(Error::from)?;
                     own.as_fd()
                 }
             };
-            userns::idmapped_bind(source, &target, fd, true).map_err(|e| match userns_err(e) {
+            userns::idmapped_bind(source, &target, fd, true).map_err(|e| match Error::from(e) {
                 Error::FailedPrecondition(why) => {
                     Error::FailedPrecondition(format!("mount {}: {why}", m.container_path))
                 }

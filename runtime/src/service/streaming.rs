@@ -26,10 +26,7 @@ fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<(
 
 /// The record of a running container, or why it cannot stream.
 fn register(d: &Daemon, pending: PendingStream) -> Result<String> {
-    d.streams.register(pending).map_err(|e| match e {
-        crate::stream::StreamError::NotRunning => Error::Unavailable(crate::error::chain(&e)),
-        _ => Error::internal("prepare the stream", e),
-    })
+    d.streams.register(pending).map_err(Error::from)
 }
 
 pub async fn exec(d: &Arc<Daemon>, req: ExecRequest) -> Result<ExecResponse> {

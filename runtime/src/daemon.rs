@@ -19,32 +19,39 @@ use crate::util::Locks;
 
 /// Everything a running crius owns. One per process, shared behind an `Arc`.
 pub struct Daemon {
-    pub config: Config,
+    pub(crate) config: Config,
     /// Pod and container records, name reservations.
-    pub store: Store,
+    pub(crate) store: Store,
     /// Images: pull, records, snapshots, leases held by containers.
-    pub images: ImageStore,
+    pub(crate) images: ImageStore,
     /// The node's pod network (CNI).
-    pub network: Network,
-    pub sandboxes: Records<SandboxRecord>,
-    pub containers: Records<ContainerRecord>,
-    pub shims: Shims,
+    pub(crate) network: Network,
+    pub(crate) sandboxes: Records<SandboxRecord>,
+    pub(crate) containers: Records<ContainerRecord>,
+    pub(crate) shims: Shims,
     /// One lock per pod and per container id.
-    pub locks: Locks,
+    pub(crate) locks: Locks,
     /// The static pause binary, bind-mounted into every pod's infra container.
-    pub pause_binary: std::path::PathBuf,
+    pub(crate) pause_binary: std::path::PathBuf,
     /// The HTTP server behind the URLs of Exec, Attach and PortForward.
-    pub streams: Arc<crate::stream::StreamServer>,
-    pub started_at: SystemTime,
+    pub(crate) streams: Arc<crate::stream::StreamServer>,
+    pub(crate) started_at: SystemTime,
     /// Whether user-namespaced pods work here, else why not; probed once at start.
     userns: std::sync::OnceLock<std::result::Result<(), String>>,
     /// A background retry of network releases that failed is under way.
     pub(crate) network_release_pending: std::sync::atomic::AtomicBool,
+    /// The last CPU sample of each pod and container cgroup, for usage_nano_cores.
+    pub(crate) cpu_rates: crate::cpu_rates::CpuRates,
     /// Lifecycle events for GetContainerEvents subscribers.
-    pub events: crate::events::Events,
+    pub(crate) events: crate::events::Events,
 }
 
 impl Daemon {
+    /// The configuration crius started with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// Whether user-namespaced pods work on this node (false until probed at start).
     pub fn userns_supported(&self) -> bool {
         self.userns_support().is_ok()
@@ -117,6 +124,7 @@ impl Daemon {
             started_at: SystemTime::now(),
             userns: std::sync::OnceLock::new(),
             network_release_pending: std::sync::atomic::AtomicBool::new(false),
+            cpu_rates: Default::default(),
             events: crate::events::Events::default(),
         }))
     }

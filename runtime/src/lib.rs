@@ -6,6 +6,7 @@ pub mod cgroups;
 pub mod cli;
 pub mod config;
 pub mod container;
+pub mod cpu_rates;
 pub mod daemon;
 pub mod error;
 pub mod events;

@@ -226,8 +226,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         crius::logging::reload_on_hangup(hangup, log, in_force, move || load_config(&cli));
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
-            root = %daemon.config.root.display(),
-            state = %daemon.config.state.display(),
+            root = %daemon.config().root.display(),
+            state = %daemon.config().state.display(),
             "crius starting"
         );
         server::serve(daemon, socket, signals).await

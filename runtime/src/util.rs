@@ -139,6 +139,13 @@ impl Locks {
     }
 }
 
+impl LockGuard<'_> {
+    /// The id this guard holds: operations that need the lock take the guard, not the id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
 impl Drop for LockGuard<'_> {
     fn drop(&mut self) {
         drop(self.guard.take());

@@ -3,20 +3,21 @@
 //! writable layer's disk use, and a pod's network counters from its pause process's view of
 //! `/proc/net/dev`.
 //!
-//! `usage_nano_cores` is a rate: it is computed from the previous sample of the same cgroup
+//! `usage_nano_cores` is a rate (`crate::cpu_rates`): it is computed from the previous sample of the same cgroup
 //! when that is at least a second old (kubelet polls every ~10 s, and its own rate
 //! computation takes over while it is unset). All file reading runs on the blocking pool.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use crius_api::v1::*;
 
 use super::BoxStream;
 use crate::cgroups::{CgroupError, CgroupStats, Hierarchy};
 use crate::container::{ContainerPaths, ContainerRecord, ContainerState};
+use crate::cpu_rates::CpuRates;
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
 use crate::pod::{SandboxRecord, SandboxState};
@@ -92,7 +93,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 fn list_container_stats(d: &Daemon, f: &ContainerStatsFilter) -> Vec<ContainerStats> {
-    prune_cpu_samples(now_nanos());
+    d.cpu_rates.prune(now_nanos());
     let pod_filter = if f.pod_sandbox_id.is_empty() {
         None
     } else {
@@ -124,7 +125,7 @@ fn list_container_stats(d: &Daemon, f: &ContainerStatsFilter) -> Vec<ContainerSt
 }
 
 fn list_pod_stats(d: &Daemon, f: &PodSandboxStatsFilter) -> Vec<PodSandboxStats> {
-    prune_cpu_samples(now_nanos());
+    d.cpu_rates.prune(now_nanos());
     d.sandboxes
         .all()
         .into_iter()
@@ -158,7 +159,7 @@ fn container_stats(d: &Daemon, c: &ContainerRecord, pod: Option<&SandboxRecord>)
         .filter(|_| live)
         .and_then(|p| cgroup_stats(d.container_cgroup_path(p, &c.id)));
     let (mut cpu, mut memory, swap) = match &cg {
-        Some(s) => usage(&format!("container:{}", c.id), s, now),
+        Some(s) => usage(&d.cpu_rates, &format!("container:{}", c.id), s, now),
         None => (None, None, None),
     };
     let io = match (pod.filter(|_| live), &cg) {
@@ -199,7 +200,7 @@ fn pod_stats(d: &Daemon, pod: &SandboxRecord) -> PodSandboxStats {
     let now = now_nanos();
     let cg = cgroup_stats(d.pod_cgroup_path(pod));
     let (mut cpu, mut memory, _) = match &cg {
-        Some(s) => usage(&format!("pod:{}", pod.id), s, now),
+        Some(s) => usage(&d.cpu_rates, &format!("pod:{}", pod.id), s, now),
         None => (None, None, None),
     };
     let io = match &cg {
@@ -305,6 +306,7 @@ fn u64_value(v: u64) -> Option<UInt64Value> {
 /// CRI's CPU, memory and swap messages from cgroup stats; `key` names the cgroup in the rate
 /// cache.
 fn usage(
+    rates: &CpuRates,
     key: &str,
     s: &CgroupStats,
     now: i64,
@@ -312,7 +314,9 @@ fn usage(
     let cpu = s.cpu_usage_ns.map(|ns| CpuUsage {
         timestamp: now,
         usage_core_nano_seconds: u64_value(ns),
-        usage_nano_cores: nano_cores(key, now, ns).map(|value| UInt64Value { value }),
+        usage_nano_cores: rates
+            .nano_cores(key, now, ns)
+            .map(|value| UInt64Value { value }),
         psi: None,
     });
     let memory = s.memory.as_ref().map(|m| MemoryUsage {
@@ -337,58 +341,6 @@ fn usage(
             swap_usage_bytes: u64_value(used),
         });
     (cpu, memory, swap)
-}
-
-/// The previous CPU sample of a cgroup and the rate computed from it.
-#[derive(Debug, Clone, Copy)]
-struct CpuSample {
-    at: i64,
-    usage: u64,
-    rate: Option<u64>,
-}
-
-static CPU_SAMPLES: Mutex<Option<HashMap<String, CpuSample>>> = Mutex::new(None);
-
-/// A sample older than this is dropped (its container or pod is most likely gone).
-const SAMPLE_TTL_NS: i64 = 10 * 60 * 1_000_000_000;
-/// Two samples closer than this give too noisy a rate: the last rate is reused.
-const MIN_WINDOW_NS: i64 = 1_000_000_000;
-
-/// Average CPU use, in nanocores, since the previous sample of `key`.
-fn nano_cores(key: &str, at: i64, usage: u64) -> Option<u64> {
-    let mut guard = CPU_SAMPLES.lock().unwrap_or_else(PoisonError::into_inner);
-    let samples = guard.get_or_insert_with(HashMap::new);
-    match samples.get_mut(key) {
-        Some(prev) if at - prev.at < MIN_WINDOW_NS && at >= prev.at => prev.rate,
-        Some(prev) => {
-            let window = u128::try_from(at - prev.at).ok().filter(|w| *w > 0);
-            let rate = match (usage.checked_sub(prev.usage), window) {
-                (Some(used), Some(w)) => u64::try_from(u128::from(used) * 1_000_000_000 / w).ok(),
-                // A counter that went back (a new cgroup of the same name): start again.
-                _ => None,
-            };
-            *prev = CpuSample { at, usage, rate };
-            rate
-        }
-        None => {
-            samples.insert(
-                key.to_string(),
-                CpuSample {
-                    at,
-                    usage,
-                    rate: None,
-                },
-            );
-            None
-        }
-    }
-}
-
-fn prune_cpu_samples(now: i64) {
-    let mut guard = CPU_SAMPLES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(samples) = guard.as_mut() {
-        samples.retain(|_, s| now - s.at < SAMPLE_TTL_NS);
-    }
 }
 
 /// Bytes (allocated blocks) and inodes used under `dir`, each hard-linked inode counted once;
@@ -491,24 +443,6 @@ Inter-|   Receive                                                |  Transmit
     }
 
     #[test]
-    fn nano_cores_from_two_samples_a_second_apart() {
-        let key = "test:nano-cores";
-        let s = 1_000_000_000;
-        assert_eq!(nano_cores(key, 10 * s, 0), None);
-        // Too close: no rate yet.
-        assert_eq!(nano_cores(key, 10 * s + 1000, 1000), None);
-        // Half a core over two seconds.
-        assert_eq!(nano_cores(key, 12 * s, 1_000_000_000), Some(500_000_000));
-        assert_eq!(
-            nano_cores(key, 12 * s + 10, 1_000_000_010),
-            Some(500_000_000)
-        );
-        // Counter reset: no rate.
-        assert_eq!(nano_cores(key, 14 * s, 5), None);
-        prune_cpu_samples(i64::MAX);
-    }
-
-    #[test]
     fn disk_usage_counts_hard_links_once() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("d")).unwrap();
@@ -535,7 +469,7 @@ Inter-|   Receive                                                |  Transmit
             }),
             pids: Some(2),
         };
-        let (cpu, mem, swap) = usage("test:usage", &s, 1);
+        let (cpu, mem, swap) = usage(&CpuRates::default(), "test:usage", &s, 1);
         assert_eq!(cpu.unwrap().usage_core_nano_seconds.unwrap().value, 5);
         let mem = mem.unwrap();
         assert_eq!(mem.working_set_bytes.unwrap().value, 80);

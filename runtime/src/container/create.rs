@@ -1,0 +1,393 @@
+//! `CreateContainer`: validation, then the record, the image lease, the rootfs, volumes and
+//! the OCI bundle, and the container in the pod's shim; one teardown undoes a failed step.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crius_api::v1::{ContainerConfig, ContainerEventType, PodSandboxConfig};
+use prost::Message as _;
+
+/// Longest path a mount may name (PATH_MAX).
+const MAX_PATH_BYTES: usize = 4096;
+
+/// What below `/proc` a CRI mount may cover: the files lxcfs-style tools replace with views of
+/// the container's own limits (runc allows the same). Anything else there would hide or fake
+/// the kernel's view of the container.
+const PROC_MOUNTS_ALLOWED: &[&str] = &[
+    "/proc/cpuinfo",
+    "/proc/diskstats",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/swaps",
+    "/proc/uptime",
+    "/proc/loadavg",
+    "/proc/slabinfo",
+    "/proc/net/dev",
+    "/proc/sys/kernel/ns_last_pid",
+];
+
+use super::{image_volumes, volumes, ContainerPaths, ContainerRecord, ContainerState};
+use crate::cgroups;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use crate::layout::write_spec;
+use crate::records::SandboxState;
+use crate::util::{check_name, check_no_nul, excerpt, new_id, now_nanos};
+
+fn validate(config: &ContainerConfig) -> Result<()> {
+    let name = config
+        .metadata
+        .as_ref()
+        .map(|m| m.name.as_str())
+        .unwrap_or("");
+    check_name("config.metadata.name", name).map_err(Error::InvalidArgument)?;
+    check_no_nul("config.command", config.command.iter().map(String::as_str))
+        .and_then(|()| check_no_nul("config.args", config.args.iter().map(String::as_str)))
+        .and_then(|()| {
+            check_no_nul(
+                "config.envs.key",
+                config.envs.iter().map(|e| e.key.as_str()),
+            )
+        })
+        .and_then(|()| check_no_nul("config.working_dir", [config.working_dir.as_str()]))
+        .map_err(Error::InvalidArgument)?;
+    if let Some(i) = config.envs.iter().position(|e| e.value.contains(&0)) {
+        return Err(Error::InvalidArgument(format!(
+            "config.envs[{i}].value of {:?} contains a NUL byte",
+            excerpt(&config.envs[i].key)
+        )));
+    }
+    if let Some(r) = config.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+        crate::cgroups::check_resources("config.linux.resources", r)?;
+    }
+    for (i, m) in config.mounts.iter().enumerate() {
+        check_mount_paths(i, m)?;
+    }
+    let image = config
+        .image
+        .as_ref()
+        .map(|i| i.image.as_str())
+        .unwrap_or("");
+    if image.is_empty() {
+        return Err(Error::InvalidArgument(
+            "config.image.image is required".into(),
+        ));
+    }
+    if config.log_path.starts_with('/') || config.log_path.split('/').any(|c| c == "..") {
+        return Err(Error::InvalidArgument(format!(
+            "config.log_path {:?} must be relative to the pod's log_directory",
+            config.log_path
+        )));
+    }
+    Ok(())
+}
+
+/// The paths of `config.mounts[i]`: no NUL, at most PATH_MAX, and no mount over `/proc` but
+/// the files [`PROC_MOUNTS_ALLOWED`] names.
+fn check_mount_paths(i: usize, m: &crius_api::v1::Mount) -> Result<()> {
+    for (field, value) in [
+        ("container_path", &m.container_path),
+        ("host_path", &m.host_path),
+    ] {
+        if value.contains('\0') || value.len() > MAX_PATH_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "config.mounts[{i}].{field} {:?} is not a path (NUL, or longer than {MAX_PATH_BYTES} bytes)",
+                excerpt(value)
+            )));
+        }
+    }
+    let dest = Path::new(&m.container_path);
+    let clean: PathBuf = dest
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect();
+    if clean.starts_with("/proc") && !PROC_MOUNTS_ALLOWED.iter().any(|p| clean == Path::new(p)) {
+        return Err(Error::InvalidArgument(format!(
+            "config.mounts[{i}].container_path {:?}: nothing may be mounted over /proc but {}",
+            excerpt(&m.container_path),
+            PROC_MOUNTS_ALLOWED.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+impl Daemon {
+    /// `CreateContainer`: the container exists, stopped before its process runs.
+    pub async fn create_container(
+        self: &Arc<Self>,
+        pod_id: &str,
+        config: ContainerConfig,
+    ) -> Result<String> {
+        validate(&config)?;
+        let pod = self.pod(pod_id)?;
+        let _pod_lock = self.locks.lock(&pod.id).await;
+        let pod = self.pod(&pod.id)?;
+        if pod.state != SandboxState::Ready {
+            return Err(Error::FailedPrecondition(format!(
+                "pod sandbox {} is not ready",
+                pod.id
+            )));
+        }
+        let pod_config = pod.config();
+        // A directory may have been closed since the pod started: a user-namespaced pod's ids
+        // must still reach crius's root, state and pause binary, or the create fails inside.
+        if let Some((uid, gid)) = crate::spec::pod_id_maps(&pod_config)?.and_then(|m| m.host_root())
+        {
+            let dirs = [self.config.root.as_path(), self.config.state.as_path()];
+            crate::userns::reachable(&dirs, &self.pause_binary, uid, gid).map_err(|why| {
+                Error::FailedPrecondition(format!("pod {} has a user namespace: {why}", pod.id))
+            })?;
+        }
+        let pod_meta = pod_config.metadata.clone().unwrap_or_default();
+        let meta = config.metadata.clone().unwrap_or_default();
+        let name = format!(
+            "{}_{}_{}_{}_{}",
+            meta.name, pod_meta.name, pod_meta.namespace, pod_meta.uid, meta.attempt
+        );
+        let image_name = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        let image = self.images.get(&image_name)?.ok_or_else(|| {
+            Error::NotFound(format!("image {:?} not found", excerpt(&image_name)))
+        })?;
+        let id = new_id().map_err(|e| Error::internal("draw a container id", e))?;
+        if let Some(holder) = self.store.reserve_name(&name, &id)? {
+            return Err(Error::AlreadyExists(format!(
+                "container name {name:?} is reserved for {holder}"
+            )));
+        }
+        let log_path = match (
+            pod_config.log_directory.is_empty(),
+            config.log_path.is_empty(),
+        ) {
+            (false, false) => Some(Path::new(&pod_config.log_directory).join(&config.log_path)),
+            _ => None,
+        };
+        let record = ContainerRecord {
+            id: id.clone(),
+            name: name.clone(),
+            sandbox_id: pod.id.clone(),
+            config: config.encode_to_vec(),
+            image_id: image.id.clone(),
+            image_name,
+            image_ref: image
+                .repo_digests
+                .first()
+                .cloned()
+                .unwrap_or_else(|| image.id.clone()),
+            state: ContainerState::Creating,
+            created_at: now_nanos(),
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            pid: None,
+            log_path,
+            stop_signal: libc::SIGTERM,
+            resources: config
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.as_ref())
+                .map(|r| r.encode_to_vec())
+                .unwrap_or_default(),
+        };
+        if let Err(e) = self.containers.put(&self.store, &id, record.clone()) {
+            let _ = self.store.release_name(&name, &id);
+            return Err(e);
+        }
+        match self.setup_container(record, &config, &pod_config).await {
+            Ok(()) => {
+                // Followed from now on, not only once started: a created container whose shim
+                // dies is reported exited, with the reason.
+                self.watch_exit(pod.id.clone(), id.clone());
+                self.events
+                    .emit(ContainerEventType::ContainerCreatedEvent, &id, &pod.id);
+                Ok(id)
+            }
+            Err(e) => {
+                tracing::warn!(container = %id, "create failed, undoing: {e}");
+                let undone = {
+                    let lock = self.locks.lock(&id).await;
+                    self.remove_container_locked(&lock).await
+                };
+                if let Err(undo) = undone {
+                    // The shim may still be busy with the create (crius gave up waiting): the
+                    // undo is retried until the shim has settled it, never forgotten.
+                    tracing::warn!(container = %id, "undo of a failed create, retrying: {undo}");
+                    let daemon = Arc::clone(self);
+                    tokio::spawn(async move { daemon.remove_interrupted(&id).await });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) async fn setup_container(
+        self: &Arc<Self>,
+        mut record: ContainerRecord,
+        config: &ContainerConfig,
+        pod_config: &PodSandboxConfig,
+    ) -> Result<()> {
+        let id = record.id.clone();
+        let pod = self.pod(&record.sandbox_id)?;
+        let paths = ContainerPaths::new(&self.config.root, &self.config.state, &id);
+        let staging = volumes::staging_dir(&paths.bundle);
+        let userns = self.pod_userns(&pod.id, pod_config)?;
+        let lowerdirs = self.images.lease(&id, &record.image_id)?;
+        volumes::mount_rootfs(
+            &lowerdirs,
+            &paths.layer.join("upper"),
+            &paths.layer.join("work"),
+            &paths.rootfs,
+            &staging,
+            userns.as_ref(),
+        )?;
+        let image_record = self
+            .images
+            .get(&record.image_id)?
+            .ok_or_else(|| Error::NotFound(format!("image {} not found", record.image_id)))?;
+        let image_config: serde_json::Value =
+            serde_json::from_str(&self.images.config_json(&image_record)?).map_err(|e| {
+                Error::internal(format!("parse config of image {}", record.image_id), e)
+            })?;
+        record.stop_signal = crate::spec::stop_signal(config, &image_config)?;
+
+        // A bind mount of a missing host path gets a directory, as kubelet users expect.
+        for m in &config.mounts {
+            let host = Path::new(&m.host_path);
+            if host.is_absolute() && !host.exists() {
+                std::fs::create_dir_all(host)
+                    .map_err(|e| Error::internal(format!("create {}", host.display()), e))?;
+            }
+        }
+        let pod_paths = crate::layout::PodPaths::new(&self.config.state, &pod.id);
+        let shm = pod_paths.shm.exists().then_some(pod_paths.shm.as_path());
+        let (hosts, resolv, hostname_file) = (
+            pod_paths.dir.join("hosts"),
+            pod_paths.dir.join("resolv.conf"),
+            pod_paths.dir.join("hostname"),
+        );
+        // The image's own VOLUMEs, as containerd gives them, unless the node turned them off.
+        let with_image_volumes;
+        let mount_config = match image_volumes::declared(&image_config) {
+            declared if declared.is_empty() || self.config.runtime.ignore_image_defined_volumes => {
+                config
+            }
+            declared => {
+                let owner = userns
+                    .as_ref()
+                    .and_then(|u| u.maps.host_root())
+                    .unwrap_or((0, 0));
+                let extra = image_volumes::stage(
+                    &declared,
+                    config,
+                    &paths.rootfs,
+                    &paths.layer.join("volumes"),
+                    owner,
+                )?;
+                let mut c = config.clone();
+                c.mounts.extend(extra);
+                with_image_volumes = c;
+                &with_image_volumes
+            }
+        };
+        let staged_config = self.stage_volumes(&id, mount_config, &staging, userns.as_ref())?;
+        let spec = crate::spec::container_spec(&crate::spec::ContainerSpecInput {
+            container_id: &id,
+            sandbox_id: &pod.id,
+            image_name: &record.image_name,
+            config: &staged_config,
+            sandbox_config: pod_config,
+            image_config: &image_config,
+            rootfs: &paths.rootfs,
+            sandbox_pid: pod.pause_pid,
+            netns_path: pod.netns.as_deref(),
+            cgroups_path: &cgroups::container_cgroup(&pod.cgroup, &id),
+            hostname: &pod.hostname,
+            resolv_conf: Some(&resolv),
+            hosts: Some(&hosts),
+            hostname_file: Some(&hostname_file),
+            shm_dir: shm,
+            target_pid: self.target_pid(config)?,
+        })?;
+        write_spec(&paths.bundle, &spec)?;
+        // A working directory the image lacks is made, as runc does under containerd.
+        if let Some(cwd) = spec.process().as_ref().map(|p| p.cwd()) {
+            let owner = userns.as_ref().and_then(|u| u.maps.host_root());
+            crate::util::mkdir_in_root(&paths.rootfs, cwd, owner).map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "config.working_dir {:?} cannot be made in the image: {e}",
+                    crate::util::excerpt(&cwd.to_string_lossy())
+                ))
+            })?;
+        }
+        if let Some(log) = &record.log_path {
+            if let Some(dir) = log.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Error::internal(format!("create log directory {}", dir.display()), e)
+                })?;
+            }
+        }
+        let shim = self.shims.get(&pod.id).await?;
+        let pid = shim
+            .create_container(crius_api::shim::CreateContainer {
+                id: id.clone(),
+                bundle: paths.bundle.clone(),
+                stdin: config.stdin,
+                stdin_once: config.stdin_once,
+                tty: config.tty,
+                log_path: record.log_path.clone(),
+            })
+            .await?;
+        cgroups::attach(&pod.cgroup, &id, pid).await?;
+        record.pid = u32::try_from(pid).ok();
+        record.state = ContainerState::Created;
+        self.containers.put(&self.store, &id, record)?;
+        Ok(())
+    }
+
+    /// The pod's user namespace, when it has one, for the container's idmapped mounts.
+    pub(super) fn pod_userns(
+        &self,
+        pod_id: &str,
+        pod_config: &PodSandboxConfig,
+    ) -> Result<Option<volumes::PodUserns>> {
+        let Some(maps) = crate::spec::pod_id_maps(pod_config)? else {
+            return Ok(None);
+        };
+        let pin = crate::layout::PodPaths::new(&self.config.state, pod_id).userns;
+        let fd = crate::userns::open(&pin).map_err(|e| {
+            Error::FailedPrecondition(format!(
+                "pod {pod_id} has no user namespace any more: {}",
+                crate::error::chain(&e)
+            ))
+        })?;
+        Ok(Some(volumes::PodUserns { fd, maps }))
+    }
+
+    /// The pid of the container a `TARGET` pid namespace points at.
+    pub(super) fn target_pid(&self, config: &ContainerConfig) -> Result<Option<u32>> {
+        let target = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .filter(|n| n.pid == crius_api::v1::NamespaceMode::Target as i32)
+            .map(|n| n.target_id.clone())
+            // an empty target_id is refused by the spec with a message naming the field
+            .filter(|t| !t.is_empty());
+        let Some(target) = target else {
+            return Ok(None);
+        };
+        let c = self.container(&target)?;
+        match (c.state, c.pid) {
+            (ContainerState::Running, Some(pid)) => Ok(Some(pid)),
+            _ => Err(Error::FailedPrecondition(format!(
+                "namespace_options.target_id {target}: container is not running"
+            ))),
+        }
+    }
+}

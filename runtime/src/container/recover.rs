@@ -1,0 +1,113 @@
+//! At start: interrupted creates removed, running containers followed again, and those that
+//! ended while crius was away given their exit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crius_api::shim::{ContainerInfo as ShimContainerInfo, ContainerStatus as ShimStatus};
+
+use super::{ContainerRecord, ContainerState};
+use crate::daemon::Daemon;
+use crate::util::now_nanos;
+
+/// How long crius keeps trying to remove a container whose create a crash interrupted (a
+/// shim gives up on a create after 60 s).
+const INTERRUPTED_CREATE_PATIENCE: Duration = Duration::from_secs(90);
+
+impl Daemon {
+    /// Brings a record that says created in line with its shim: a container the shim started
+    /// (crius died before recording it) becomes running and is followed; one that has already
+    /// exited gets its start and exit recorded. Returns whether the record changed.
+    pub(super) fn adopt_shim_state(
+        self: &Arc<Self>,
+        c: &ContainerRecord,
+        info: &ShimContainerInfo,
+    ) -> bool {
+        if c.state != ContainerState::Created
+            || !matches!(info.status, ShimStatus::Running | ShimStatus::Stopped)
+        {
+            return false;
+        }
+        if info.status == ShimStatus::Stopped && info.started_at_unix_nano.is_none() {
+            // Never started (its init was killed while created): only the exit is news.
+            if let Some(exit) = &info.exit {
+                self.record_exit(&c.id, exit);
+            }
+            return true;
+        }
+        let started_at = info.started_at_unix_nano.unwrap_or_else(now_nanos);
+        let updated = self.containers.update(&self.store, &c.id, |r| {
+            if r.state == ContainerState::Created {
+                r.state = ContainerState::Running;
+            }
+            r.started_at = started_at;
+            r.pid = info.pid.and_then(|p| u32::try_from(p).ok());
+        });
+        if let Err(e) = updated {
+            tracing::error!(container = %c.id, "record the start the shim reports: {e}");
+            return false;
+        }
+        tracing::info!(container = %c.id, "the shim started this container before crius recorded it");
+        match (&info.status, &info.exit) {
+            (ShimStatus::Stopped, Some(exit)) => self.record_exit(&c.id, exit),
+            _ => self.watch_exit(c.sandbox_id.clone(), c.id.clone()),
+        }
+        true
+    }
+
+    /// Removes a container whose create crius did not see through. Its shim may still be
+    /// creating it (the shim outlived crius and refuses a delete until the create is done), so
+    /// this retries for a while.
+    pub(super) async fn remove_interrupted(self: &Arc<Self>, id: &str) {
+        let deadline = tokio::time::Instant::now() + INTERRUPTED_CREATE_PATIENCE;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let result = {
+                let lock = self.locks.lock(id).await;
+                self.remove_container_locked(&lock).await
+            };
+            match result {
+                Ok(()) => return,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(container = id, "interrupted create not removable yet: {e}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => {
+                    tracing::error!(container = id, "clean up interrupted container: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// At start: cleans up interrupted creates and follows running containers again, finding
+    /// out how those that ended while crius was away ended.
+    pub async fn recover_containers(self: &Arc<Self>) {
+        for c in self.containers.all() {
+            match c.state {
+                ContainerState::Creating => {
+                    tracing::info!(container = %c.id, "removing a container whose create was interrupted");
+                    let daemon = Arc::clone(self);
+                    tokio::spawn(async move { daemon.remove_interrupted(&c.id).await });
+                }
+                ContainerState::Running => self.watch_exit(c.sandbox_id.clone(), c.id.clone()),
+                ContainerState::Created => {
+                    // The shim has the truth: a crius killed between the shim's start and the
+                    // database write left a record that says created for a process that runs
+                    // (or ran).
+                    if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
+                        if let Ok(info) = shim.state(&c.id).await {
+                            if !self.adopt_shim_state(&c, &info) {
+                                self.watch_exit(c.sandbox_id.clone(), c.id.clone());
+                            }
+                        }
+                    } else {
+                        self.settle_lost(&c.sandbox_id, &c.id, "shim not reachable at start");
+                    }
+                }
+                ContainerState::Exited => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! `RemoveContainer`: the one teardown of whatever a container reached.
+
+use std::sync::Arc;
+
+use crius_api::v1::ContainerEventType;
+
+use super::{volumes, ContainerPaths, ContainerState};
+use crate::cgroups;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use crate::mounts;
+use crate::util::LockGuard;
+
+impl Daemon {
+    /// `RemoveContainer`: kills it if it runs, then removes everything it had. Idempotent.
+    pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(id) = self.resolve_container_id(id)? else {
+            return Ok(());
+        };
+        let lock = self.locks.lock(&id).await;
+        self.remove_container_locked(&lock).await
+    }
+
+    pub(crate) async fn remove_container_locked(
+        self: &Arc<Self>,
+        held: &LockGuard<'_>,
+    ) -> Result<()> {
+        let id = held.id();
+        let Some(c) = self.containers.get(id) else {
+            return Ok(());
+        };
+        self.stop_container_locked(held, 0).await?;
+        if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
+            match shim.delete(id, true).await {
+                Ok(()) => {}
+                Err(e)
+                    if e.shim_error()
+                        .is_some_and(|s| s.kind == crius_api::shim::ErrorKind::NotFound) => {}
+                // A dead shim has nothing to delete; what it left is removed below.
+                Err(e) if self.shims.running_pid(&c.sandbox_id).is_none() => {
+                    tracing::warn!(container = id, "shim gone, removing without it: {e}");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // libcontainer's delete removes the container cgroup, but not when the shim is dead;
+        // under a kubelet pod cgroup nobody else would.
+        if let Some(pod) = self.sandboxes.get(&c.sandbox_id) {
+            let cgroup = cgroups::container_cgroup(&pod.cgroup, id);
+            let patience = cgroups::REMOVE_PATIENCE;
+            if let Err(e) = cgroups::reap::remove_cgroup(&cgroup, patience).await {
+                tracing::warn!(container = id, "remove container cgroup: {e}");
+            }
+        }
+        let paths = ContainerPaths::new(&self.config.root, &self.config.state, id);
+        volumes::unstage(&volumes::staging_dir(&paths.bundle))?;
+        mounts::unmount(&paths.rootfs)?;
+        for dir in [&paths.bundle, &paths.layer] {
+            match std::fs::remove_dir_all(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::internal(format!("remove {}", dir.display()), e)),
+            }
+        }
+        self.images.release(id).await?;
+        for (i, m) in c.config().mounts.iter().enumerate() {
+            if m.image.as_ref().is_some_and(|s| !s.image.is_empty()) {
+                self.images.release(&volumes::image_lease(id, i)).await?;
+            }
+        }
+        self.store.release_name(&c.name, id)?;
+        self.containers.remove(&self.store, id)?;
+        if c.state != ContainerState::Creating {
+            self.events
+                .emit(ContainerEventType::ContainerDeletedEvent, id, &c.sandbox_id);
+        }
+        Ok(())
+    }
+}

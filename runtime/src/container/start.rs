@@ -1,0 +1,45 @@
+//! `StartContainer`: the shim runs the created container's process.
+
+use std::sync::Arc;
+
+use crius_api::v1::ContainerEventType;
+
+use super::ContainerState;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use crate::util::now_nanos;
+
+impl Daemon {
+    /// `StartContainer`.
+    pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
+        let c = self.container(id)?;
+        let _lock = self.locks.lock(&c.id).await;
+        let c = self.container(&c.id)?;
+        if c.state != ContainerState::Created {
+            return Err(Error::FailedPrecondition(format!(
+                "container {} is {:?}, not created",
+                c.id, c.state
+            )));
+        }
+        let shim = self.shims.get(&c.sandbox_id).await?;
+        // Taken before the start: a quick process may be done before the call returns, and
+        // its finish time must not come before its start time.
+        let started_at = now_nanos();
+        let pid = shim.start(&c.id).await?;
+        self.containers.update(&self.store, &c.id, |r| {
+            // The watcher started at create follows the init through its start to its exit,
+            // and may already have recorded the exit of a quick process: never undo that.
+            if r.state == ContainerState::Created {
+                r.state = ContainerState::Running;
+            }
+            r.started_at = started_at;
+            r.pid = u32::try_from(pid).ok();
+        })?;
+        self.events.emit(
+            ContainerEventType::ContainerStartedEvent,
+            &c.id,
+            &c.sandbox_id,
+        );
+        Ok(())
+    }
+}

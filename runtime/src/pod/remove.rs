@@ -1,0 +1,93 @@
+//! `RemovePodSandbox` and the one teardown that undoes whatever a pod reached.
+
+use std::sync::Arc;
+
+use crius_api::v1::ContainerEventType;
+
+use super::{PodPaths, SandboxState};
+use crate::cgroups;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use crate::mounts;
+use crate::util::LockGuard;
+
+impl Daemon {
+    /// `RemovePodSandbox`: stops and removes the pod and all its containers. Idempotent.
+    pub async fn remove_pod(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(id) = self.resolve_pod_id(id)? else {
+            return Ok(());
+        };
+        let lock = self.locks.lock(&id).await;
+        self.teardown_pod(&lock, false).await
+    }
+
+    /// Undoes everything a pod has, whatever state it reached; the record goes last. With
+    /// `force`, a network that cannot be released does not keep the rest.
+    pub(super) async fn teardown_pod(
+        self: &Arc<Self>,
+        held: &LockGuard<'_>,
+        force: bool,
+    ) -> Result<()> {
+        let id = held.id();
+        let Some(record) = self.sandboxes.get(id) else {
+            return Ok(());
+        };
+        if let Err(e) = self.stop_pod_locked(held).await {
+            if !force {
+                return Err(e);
+            }
+            tracing::warn!(pod = id, "stop during teardown: {e}");
+            // The pod goes; what its stop could not release (a CNI DEL that failed) is retried
+            // in the background rather than forgotten until the next start.
+            self.release_network_later();
+        }
+        for c in self.containers_of(id) {
+            let lock = self.locks.lock(&c.id).await;
+            self.remove_container_locked(&lock).await?;
+        }
+        if let Ok(shim) = self.shims.get(id).await {
+            let _ = shim.delete(id, true).await;
+        }
+        self.shims.shutdown(id).await?;
+        // Still pinned only when releasing the network failed on a forced teardown: the CNI
+        // cache keeps what DEL needs (a retry works without the netns), the pin must go with
+        // the pod.
+        let paths = PodPaths::new(&self.config.state, id);
+        if !record.host_network {
+            crius_cni::netns::remove(&paths.netns_dir.join(id))?;
+            crius_cni::netns::remove(&paths.userns)?;
+        }
+        mounts::unmount(&paths.shm)?;
+        match std::fs::remove_dir_all(&paths.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Error::internal(
+                    format!("remove {}", paths.dir.display()),
+                    e,
+                ))
+            }
+        }
+        // The pause container's cgroup, which a dead shim could not delete.
+        let pause_cgroup = cgroups::container_cgroup(&record.cgroup, id);
+        if let Err(e) = cgroups::reap::remove_cgroup(&pause_cgroup, cgroups::REMOVE_PATIENCE).await
+        {
+            tracing::warn!(pod = id, "remove pause cgroup: {e}");
+        }
+        if cgroups::pod_cgroup_is_own(&record.cgroup, id) {
+            if let Err(e) =
+                cgroups::reap::remove_cgroup(&record.cgroup, cgroups::REMOVE_PATIENCE).await
+            {
+                tracing::warn!(pod = id, "remove pod cgroup: {e}");
+            }
+            cgroups::remove_parent_if_empty();
+        }
+        self.store.release_name(&record.name, id)?;
+        self.sandboxes.remove(&self.store, id)?;
+        if record.state != SandboxState::Creating {
+            self.events
+                .emit(ContainerEventType::ContainerDeletedEvent, id, id);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,371 @@
+//! `RunPodSandbox`: validation, then the record, the pod's files, network namespace, network and
+//! pause process, each step undone by one teardown if a later one fails.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crius_api::v1::{ContainerEventType, NamespaceMode, PodSandboxConfig};
+use prost::Message as _;
+
+use super::{files, namespace_modes, write_spec, PodPaths, SandboxRecord, SandboxState};
+use crate::cgroups;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use crate::mounts;
+use crate::util::{check_name, excerpt, new_id, now_nanos};
+
+fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
+    let Some(m) = config.metadata.as_ref() else {
+        return Err(Error::InvalidArgument("config.metadata is required".into()));
+    };
+    for (field, value) in [
+        ("config.metadata.name", &m.name),
+        ("config.metadata.namespace", &m.namespace),
+        ("config.metadata.uid", &m.uid),
+    ] {
+        check_name(field, value).map_err(Error::InvalidArgument)?;
+    }
+    if !runtime_handler.is_empty() && runtime_handler != "crius" && runtime_handler != "runc" {
+        return Err(Error::InvalidArgument(format!(
+            "runtime_handler {runtime_handler:?} is not configured (known: \"\", \"crius\", \"runc\")"
+        )));
+    }
+    if config.hostname.len() > 64 || config.hostname.contains(['/', '\0', '\n']) {
+        return Err(Error::InvalidArgument(format!(
+            "config.hostname {:?} is not a valid hostname (at most 64 bytes)",
+            excerpt(&config.hostname)
+        )));
+    }
+    if let Some(linux) = &config.linux {
+        cgroups::check_cgroup_parent("config.linux.cgroup_parent", &linux.cgroup_parent)
+            .map_err(Error::InvalidArgument)?;
+        for (field, r) in [
+            ("config.linux.resources", &linux.resources),
+            ("config.linux.overhead", &linux.overhead),
+        ] {
+            if let Some(r) = r {
+                cgroups::check_resources(field, r)?;
+            }
+        }
+    }
+    // Resolved against crius's own working directory otherwise.
+    if !config.log_directory.is_empty()
+        && (!config.log_directory.starts_with('/') || config.log_directory.contains('\0'))
+    {
+        return Err(Error::InvalidArgument(format!(
+            "config.log_directory {:?} must be an absolute path",
+            excerpt(&config.log_directory)
+        )));
+    }
+    // A host-network pod shares the node's UTS namespace: a hostname of its own would show in
+    // /etc/hostname and $HOSTNAME while `hostname` says the node's.
+    if !config.hostname.is_empty() && namespace_modes(config).0 == NamespaceMode::Node {
+        let node = files::node_hostname();
+        if config.hostname != node {
+            return Err(Error::InvalidArgument(format!(
+                "config.hostname {:?}: a pod with host network (namespace_options.network NODE) \
+                 has the node's hostname {node:?} and cannot set its own",
+                config.hostname
+            )));
+        }
+    }
+    if let Some(dns) = &config.dns_config {
+        files::validate_dns(dns)?;
+    }
+    for (i, p) in config.port_mappings.iter().enumerate() {
+        let ok = |v: i32| (0..=65535).contains(&v);
+        if !ok(p.host_port) || !ok(p.container_port) {
+            return Err(Error::InvalidArgument(format!(
+                "port_mappings[{i}]: port out of range (container {}, host {})",
+                p.container_port, p.host_port
+            )));
+        }
+        if !p.host_ip.is_empty() && p.host_ip.parse::<std::net::IpAddr>().is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "port_mappings[{i}].host_ip {:?} is not an IP address",
+                excerpt(&p.host_ip)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What CNI needs to know of a pod.
+fn pod_network(
+    record: &SandboxRecord,
+    config: &PodSandboxConfig,
+    netns: &Path,
+) -> Result<crius_cni::PodNetwork> {
+    let meta = config.metadata.clone().unwrap_or_default();
+    let annotations: BTreeMap<String, String> = config
+        .annotations
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let bandwidth = crius_cni::Bandwidth::from_annotations(&annotations)
+        .map_err(|e| Error::InvalidArgument(crate::error::chain(&e)))?;
+    let port_mappings = config
+        .port_mappings
+        .iter()
+        .map(|p| crius_cni::PortMapping {
+            host_port: p.host_port as u16,
+            container_port: p.container_port as u16,
+            protocol: match crius_api::v1::Protocol::try_from(p.protocol) {
+                Ok(crius_api::v1::Protocol::Udp) => "udp",
+                Ok(crius_api::v1::Protocol::Sctp) => "sctp",
+                _ => "tcp",
+            }
+            .to_string(),
+            host_ip: p.host_ip.clone(),
+        })
+        .collect();
+    Ok(crius_cni::PodNetwork {
+        id: record.id.clone(),
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        netns_path: netns.to_path_buf(),
+        port_mappings,
+        bandwidth,
+        dns: config.dns_config.as_ref().map(|d| crius_cni::DnsConfig {
+            servers: d.servers.clone(),
+            searches: d.searches.clone(),
+            options: d.options.clone(),
+        }),
+        annotations,
+        cgroup_path: Some(record.cgroup.clone()),
+    })
+}
+
+impl Daemon {
+    /// `RunPodSandbox`: returns the new pod's id once its pause process runs.
+    pub async fn run_pod(
+        self: &Arc<Self>,
+        config: PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String> {
+        validate(&config, &runtime_handler)?;
+        let id_maps = crate::spec::pod_id_maps(&config)?;
+        if let Some(maps) = &id_maps {
+            self.userns_support().map_err(|why| {
+                Error::FailedPrecondition(format!(
+                    "userns_options mode POD: user namespaces are not supported on this node: \
+                     {why}"
+                ))
+            })?;
+            // checked at start with stand-in ids; checked again with the pod's, before
+            // anything is made (a directory may have changed since)
+            if let Some((uid, gid)) = maps.host_root() {
+                let dirs = [self.config.root.as_path(), self.config.state.as_path()];
+                crate::userns::reachable(&dirs, &self.pause_binary, uid, gid).map_err(|why| {
+                    Error::FailedPrecondition(format!("userns_options mode POD: {why}"))
+                })?;
+            }
+        }
+        let meta = config.metadata.clone().unwrap_or_default();
+        let name = format!(
+            "{}_{}_{}_{}",
+            meta.name, meta.namespace, meta.uid, meta.attempt
+        );
+        let id = new_id().map_err(|e| Error::internal("draw a pod id", e))?;
+        let cgroup_parent = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.as_str())
+            .unwrap_or("");
+        let cgroup = cgroups::pod_cgroup(cgroup_parent, &id)?;
+        if let Some(holder) = self.store.reserve_name(&name, &id)? {
+            return Err(Error::AlreadyExists(format!(
+                "pod sandbox name {name:?} is reserved for {holder}"
+            )));
+        }
+        let lock = self.locks.lock(&id).await;
+        let (net_mode, _, ipc_mode) = namespace_modes(&config);
+        let host_network = net_mode == NamespaceMode::Node;
+        // No hostname in the request: the node's, as containerd does (kubelet always sends
+        // one; the pod's name would not do, it may be longer than the 64 bytes Linux allows).
+        let hostname = if config.hostname.is_empty() {
+            files::node_hostname()
+        } else {
+            config.hostname.clone()
+        };
+        let record = SandboxRecord {
+            id: id.clone(),
+            name: name.clone(),
+            config: config.encode_to_vec(),
+            runtime_handler,
+            state: SandboxState::Creating,
+            created_at: now_nanos(),
+            host_network,
+            netns: None,
+            ips: Vec::new(),
+            pause_pid: None,
+            cgroup,
+            hostname,
+            network_error: None,
+        };
+        if let Err(e) = self.sandboxes.put(&self.store, &id, record.clone()) {
+            let _ = self.store.release_name(&name, &id);
+            return Err(e);
+        }
+        match self.setup_pod(record, &config, ipc_mode, id_maps).await {
+            Ok(()) => {
+                self.watch_pod(id.clone());
+                self.events
+                    .emit(ContainerEventType::ContainerCreatedEvent, &id, &id);
+                self.events
+                    .emit(ContainerEventType::ContainerStartedEvent, &id, &id);
+                Ok(id)
+            }
+            Err(e) => {
+                tracing::warn!(pod = %id, "run pod failed, undoing: {e}");
+                if let Err(undo) = self.teardown_pod(&lock, true).await {
+                    tracing::error!(pod = %id, "undo of a failed pod start: {undo}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) async fn setup_pod(
+        self: &Arc<Self>,
+        mut record: SandboxRecord,
+        config: &PodSandboxConfig,
+        ipc_mode: NamespaceMode,
+        id_maps: Option<crate::userns::IdMaps>,
+    ) -> Result<()> {
+        let id = record.id.clone();
+        let paths = PodPaths::new(&self.config.state, &id);
+        std::fs::create_dir_all(&paths.dir)
+            .map_err(|e| Error::internal(format!("create {}", paths.dir.display()), e))?;
+        files::write(
+            &paths.dir,
+            &record.hostname,
+            config.dns_config.as_ref(),
+            record.host_network,
+        )?;
+        let shm = if ipc_mode == NamespaceMode::Node {
+            None
+        } else {
+            mounts::mount_shm(&paths.shm, self.config.runtime.shm_size)?;
+            Some(paths.shm.clone())
+        };
+
+        let id_maps_root = id_maps.as_ref().and_then(|m| m.host_root());
+        if let Some((uid, gid)) = id_maps_root {
+            // the pod's root owns its /etc files, as it would without a user namespace
+            files::chown(&paths.dir, uid, gid)?;
+        }
+        if !record.host_network {
+            let dir = paths.netns_dir.clone();
+            let nid = id.clone();
+            let userns_dir = paths.userns_dir.clone();
+            let netns = tokio::task::spawn_blocking(move || match id_maps {
+                None => crius_cni::netns::create(&dir, &nid).map_err(Error::from),
+                Some(maps) => crate::userns::create_pod_namespaces(&maps, &userns_dir, &dir, &nid)
+                    .map_err(Error::from),
+            })
+            .await
+            .map_err(|e| Error::internal("create netns", e))??;
+            // Not written to the database yet: teardown derives the netns path and the CNI
+            // attachment from the id, so a crash before the final write leaks nothing, and a
+            // pod start pays two database syncs instead of four.
+            record.netns = Some(netns.clone());
+            let result = self
+                .network
+                .setup(&pod_network(&record, config, &netns)?)
+                .await?;
+            let mut ips: Vec<std::net::IpAddr> = result.pod_ips();
+            ips.sort_by_key(|ip| ip.is_ipv6());
+            record.ips = ips.iter().map(|ip| ip.to_string()).collect();
+        }
+
+        let shim = self.shims.start(&id).await?;
+        let rootfs = paths.pause_bundle.join("rootfs");
+        std::fs::create_dir_all(&rootfs)
+            .map_err(|e| Error::internal(format!("create {}", rootfs.display()), e))?;
+        if let Some((uid, gid)) = id_maps_root {
+            // the pause's root makes its mount points in it
+            std::os::unix::fs::chown(&rootfs, Some(uid), Some(gid))
+                .map_err(|e| Error::internal(format!("chown {}", rootfs.display()), e))?;
+        }
+        let etc = |name: &str| paths.dir.join(name);
+        let (hosts, resolv, hostname_file) = (etc("hosts"), etc("resolv.conf"), etc("hostname"));
+        let spec = crate::spec::sandbox_spec(&crate::spec::SandboxSpecInput {
+            sandbox_id: &id,
+            config,
+            rootfs: &rootfs,
+            pause_binary: &self.pause_binary,
+            netns_path: record.netns.as_deref(),
+            cgroups_path: &cgroups::container_cgroup(&record.cgroup, &id),
+            hostname: &record.hostname,
+            resolv_conf: Some(&resolv),
+            hosts: Some(&hosts),
+            hostname_file: Some(&hostname_file),
+            shm_dir: shm.as_deref(),
+            userns_path: id_maps_root.is_some().then_some(paths.userns.as_path()),
+        })?;
+        write_spec(&paths.pause_bundle, &spec)?;
+        let pause = shim
+            .create_container(crius_api::shim::CreateContainer {
+                id: id.clone(),
+                bundle: paths.pause_bundle.clone(),
+                stdin: false,
+                stdin_once: false,
+                tty: false,
+                log_path: None,
+            })
+            .await?;
+        cgroups::attach(&record.cgroup, &id, pause).await?;
+        // libcontainer has made the pod cgroup with the pause container: limit it before
+        // anything runs in it.
+        let (cgroup, pod_config) = (record.cgroup.clone(), config.clone());
+        tokio::task::spawn_blocking(move || cgroups::apply_pod_resources(&cgroup, &pod_config))
+            .await
+            .map_err(|e| Error::internal("apply pod resources", e))??;
+        let pid = shim.start(&id).await?;
+        record.pause_pid = u32::try_from(pid).ok();
+        record.state = SandboxState::Ready;
+        self.sandboxes.put(&self.store, &id, record)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crius_api::v1::PodSandboxMetadata;
+
+    fn config(hostname: &str) -> PodSandboxConfig {
+        PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: "web".into(),
+                namespace: "default".into(),
+                uid: "u1".into(),
+                attempt: 0,
+            }),
+            hostname: hostname.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hostname_longer_than_linux_allows_is_refused() {
+        validate(&config(&"h".repeat(64)), "").unwrap();
+        let msg = validate(&config(&"h".repeat(65)), "")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("config.hostname"), "{msg}");
+    }
+
+    #[test]
+    fn metadata_fields_are_required_and_named() {
+        let mut c = config("");
+        c.metadata.as_mut().unwrap().uid.clear();
+        let msg = validate(&c, "").unwrap_err().to_string();
+        assert_eq!(msg, "config.metadata.uid is required");
+        let msg = validate(&config(""), "kata").unwrap_err().to_string();
+        assert!(msg.contains("runtime_handler \"kata\""), "{msg}");
+    }
+}

@@ -18,7 +18,7 @@ RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables 
 TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd \
                  python3-venv
 
-.PHONY: run test unit e2e build build-debug build-release install deb cargo-deb deps-run deps-test \
+.PHONY: run test unit e2e build build-debug build-release install deb cargo-deb cargo-deny deps-run deps-test \
         check-rust lint
 
 # `make install`: where things go (DESTDIR is prepended to every path, for packaging).
@@ -53,6 +53,7 @@ build: check-rust
 
 build-release: check-rust
 	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --profile release-shim -p crius-shim --bins
 
 build-debug: build
 
@@ -60,11 +61,13 @@ build-debug: build
 # installed: the shim carries a static build of it, which crius writes to <state>/bin at start),
 # the systemd unit, a commented config (never over an existing one), and a single-node bridge
 # network only when the CNI config dir has no network yet.
+# A release install takes the shim and its helper from the release-shim profile (Cargo.toml).
+SHIM_DIR = target/$(if $(filter release,$(PROFILE)),release-shim,$(PROFILE))
 install: build-$(PROFILE)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/crius \
 	  $(DESTDIR)$(CNICONFDIR)
-	install -m 0755 target/$(PROFILE)/crius target/$(PROFILE)/crius-shim \
-	  target/$(PROFILE)/crius-shim-helper $(DESTDIR)$(BINDIR)/
+	install -m 0755 target/$(PROFILE)/crius $(SHIM_DIR)/crius-shim $(SHIM_DIR)/crius-shim-helper \
+	  $(DESTDIR)$(BINDIR)/
 	sed 's|@BINDIR@|$(BINDIR)|g' contrib/systemd/crius.service > $(DESTDIR)$(UNITDIR)/crius.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/crius.service
 	[ -e $(DESTDIR)$(SYSCONFDIR)/crius/config.toml ] || \
@@ -87,10 +90,16 @@ deb: build-release cargo-deb
 cargo-deb: check-rust
 	@$(CARGO) deb --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deb
 
-lint: check-rust
+lint: check-rust cargo-deny
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
+	$(CARGO) deny --offline check licenses bans sources
+
+# deny.toml's licenses, duplicate versions and sources. The advisories check needs the RustSec
+# database from the network: run `cargo deny check advisories` where there is one.
+cargo-deny: check-rust
+	@$(CARGO) deny --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deny
 
 deps-run:
 	@./.ci/install-deps $(RUN_PACKAGES)

@@ -4,8 +4,9 @@
 //! Build the release binaries first, then run the bench (as root, like the e2e tests):
 //!
 //! ```text
-//! cargo build --release -p crius -p crius-shim
-//! cargo bench -p crius-tests --bench lifecycle -- [--iterations 50] [--pods 50]
+//! make build-release    # crius in target/release, the shim as installed in target/release-shim
+//! CRIUS_SHIM_BIN=target/release-shim/crius-shim \
+//!   cargo bench -p crius-tests --bench lifecycle -- [--iterations 50] [--pods 50]
 //! ```
 //!
 //! The binaries are found through `CRIUS_BIN` / `CRIUS_SHIM_BIN` or in `target/release`. The

@@ -182,6 +182,27 @@ pub struct CreateContainer {
     /// Where to write the CRI-format log; no log when absent (output is then discarded).
     #[serde(default)]
     pub log_path: Option<PathBuf>,
+    /// Run the container with this OCI runtime's command line instead of libcontainer; every
+    /// later operation on the container (start, kill, exec, delete) goes through it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<OciRuntime>,
+}
+
+/// An OCI runtime (runc, crun, runsc, ...) the shim drives through its command line, the
+/// operations of the OCI runtime spec: `create --bundle --pid-file [--console-socket]`,
+/// `start`, `kill [--all]`, `delete --force`, `exec --process --pid-file --detach`. The shim
+/// keeps owning the container's stdio, log, exits and attach, whichever runtime runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OciRuntime {
+    /// The runtime's executable (absolute).
+    pub binary: PathBuf,
+    /// Its state directory (`--root`); when absent, `<shim state>/oci/<binary's file name>`,
+    /// removed with the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
+    /// Global flags put before the operation (e.g. gVisor's `--platform=ptrace`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
 }
 
 /// Fields of [`Op::ExecSync`].

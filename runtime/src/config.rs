@@ -3,6 +3,7 @@
 //! `DEFAULT_CONFIG` is the text `crius config default` prints; a unit test keeps it equal to
 //! `Config::default()`, so the documented defaults cannot drift from the real ones.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -70,6 +71,49 @@ ignore_image_defined_volumes = false
 # does through libcontainer, which it gives up on after 60 s). A create crius stops waiting for
 # is removed once the shim has finished it. 1 to 600.
 shim_operation_timeout_secs = 75
+# The handler of pods that name none (kubelet sends "" without a RuntimeClass).
+default_handler = "crius"
+
+# RuntimeClass handlers: a RuntimeClass's `handler` names one of these tables. type "builtin" is
+# crius's own path (libcontainer, in the pod's shim); type "oci" runs an OCI runtime's command
+# line (create, start, kill, delete, exec) from the pod's shim, which still owns logs, exits,
+# exec and attach. Keys of an "oci" handler:
+#   binary      the runtime's executable (absolute); a handler whose binary is missing is
+#               logged at start and left out (RunPodSandbox with it fails)
+#   root        its state directory (--root); empty: a directory in the pod's shim state
+#   options     global flags put before every operation (e.g. ["--platform=ptrace"])
+#   privileged_without_host_devices   privileged containers get no host devices (sandboxed
+#               runtimes such as gVisor have no use for them)
+#   pod_annotations        pod annotation keys ("prefix*" for a prefix) also given to every
+#               container's spec, as gVisor's dev.gvisor.* settings need
+#   container_annotations  container annotation keys that reach the container's spec; empty:
+#               all of them
+# A table of another name adds a handler; one of a name below replaces that handler.
+[runtime.handlers.crius]
+# crius's own path.
+type = "builtin"
+
+[runtime.handlers.runc]
+# runc, driven by its command line.
+type = "oci"
+# Debian's runc.
+binary = "/usr/sbin/runc"
+
+[runtime.handlers.crun]
+# crun, driven by its command line.
+type = "oci"
+# Debian's crun.
+binary = "/usr/bin/crun"
+
+[runtime.handlers.runsc]
+# gVisor, driven by its command line.
+type = "oci"
+# Debian's runsc.
+binary = "/usr/bin/runsc"
+# A gVisor sandbox has its own kernel: host devices are no use to it.
+privileged_without_host_devices = true
+# gVisor's pod-wide settings reach every container.
+pod_annotations = ["dev.gvisor.*"]
 
 [stream]
 # Address the streaming server for exec, attach and port-forward listens on.
@@ -117,6 +161,76 @@ pub struct RuntimeConfig {
     pub max_container_log_line_size: u64,
     pub ignore_image_defined_volumes: bool,
     pub shim_operation_timeout_secs: u64,
+    pub default_handler: String,
+    /// The built-in handlers, each replaced by the configured table of its name, and the
+    /// configured others.
+    #[serde(deserialize_with = "with_builtin_handlers")]
+    pub handlers: BTreeMap<String, HandlerConfig>,
+}
+
+fn with_builtin_handlers<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, HandlerConfig>, D::Error> {
+    let configured = BTreeMap::<String, HandlerConfig>::deserialize(d)?;
+    let mut handlers = RuntimeConfig::default().handlers;
+    handlers.extend(configured);
+    Ok(handlers)
+}
+
+/// How a handler runs its pods' containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HandlerType {
+    /// crius's own path: libcontainer in the shim's helpers.
+    Builtin,
+    /// An OCI runtime's command line.
+    Oci,
+}
+
+/// One `[runtime.handlers.<name>]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerConfig {
+    #[serde(rename = "type")]
+    pub kind: HandlerType,
+    #[serde(default, skip_serializing_if = "is_empty_path")]
+    pub binary: PathBuf,
+    #[serde(default, skip_serializing_if = "is_empty_path")]
+    pub root: PathBuf,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub privileged_without_host_devices: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_annotations: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_annotations: Vec<String>,
+}
+
+fn is_empty_path(p: &Path) -> bool {
+    p.as_os_str().is_empty()
+}
+
+impl HandlerConfig {
+    fn builtin() -> HandlerConfig {
+        HandlerConfig {
+            kind: HandlerType::Builtin,
+            binary: PathBuf::new(),
+            root: PathBuf::new(),
+            options: Vec::new(),
+            privileged_without_host_devices: false,
+            pod_annotations: Vec::new(),
+            container_annotations: Vec::new(),
+        }
+    }
+
+    fn oci(binary: &str) -> HandlerConfig {
+        HandlerConfig {
+            kind: HandlerType::Oci,
+            binary: PathBuf::from(binary),
+            ..HandlerConfig::builtin()
+        }
+    }
 }
 
 /// The largest `[runtime] max_container_log_line_size`: a shim holds up to one such line per
@@ -131,6 +245,20 @@ impl Default for RuntimeConfig {
             max_container_log_line_size: 16 * 1024,
             ignore_image_defined_volumes: false,
             shim_operation_timeout_secs: 75,
+            default_handler: "crius".to_string(),
+            handlers: BTreeMap::from([
+                ("crius".to_string(), HandlerConfig::builtin()),
+                ("runc".to_string(), HandlerConfig::oci("/usr/sbin/runc")),
+                ("crun".to_string(), HandlerConfig::oci("/usr/bin/crun")),
+                (
+                    "runsc".to_string(),
+                    HandlerConfig {
+                        privileged_without_host_devices: true,
+                        pod_annotations: vec!["dev.gvisor.*".to_string()],
+                        ..HandlerConfig::oci("/usr/bin/runsc")
+                    },
+                ),
+            ]),
         }
     }
 }
@@ -376,6 +504,8 @@ impl Config {
                 ),
             ));
         }
+        self.validate_handlers()
+            .map_err(|(key, m)| invalid(key, m))?;
         if self.stream.header_timeout_secs == 0
             || self.stream.max_pending_connections == 0
             || self.stream.max_pending_per_peer == 0
@@ -393,6 +523,59 @@ impl Config {
                 "stream.address",
                 format!("not an IP address: {:?}", self.stream.address),
             ));
+        }
+        Ok(())
+    }
+
+    fn validate_handlers(&self) -> Result<(), (&'static str, String)> {
+        let handlers = &self.runtime.handlers;
+        if !handlers.contains_key(&self.runtime.default_handler) {
+            return Err((
+                "runtime.default_handler",
+                format!(
+                    "{:?} is not a configured handler (configured: {})",
+                    self.runtime.default_handler,
+                    handlers.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        for (name, h) in handlers {
+            let ok_name = !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !ok_name {
+                return Err((
+                    "runtime.handlers",
+                    format!("{name:?}: a handler name is 1-63 of [a-z0-9-] (a DNS label)"),
+                ));
+            }
+            match h.kind {
+                HandlerType::Oci if !h.binary.is_absolute() => {
+                    return Err((
+                        "runtime.handlers",
+                        format!("{name}: an oci handler needs an absolute binary"),
+                    ))
+                }
+                HandlerType::Builtin
+                    if !h.binary.as_os_str().is_empty()
+                        || !h.root.as_os_str().is_empty()
+                        || !h.options.is_empty() =>
+                {
+                    return Err((
+                        "runtime.handlers",
+                        format!("{name}: a builtin handler takes no binary, root or options"),
+                    ))
+                }
+                _ => {}
+            }
+            if !h.root.as_os_str().is_empty() && !h.root.is_absolute() {
+                return Err((
+                    "runtime.handlers",
+                    format!("{name}: root must be absolute: {:?}", h.root),
+                ));
+            }
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use crate::pod::SandboxRecord;
 use crate::records::Records;
 use crate::shims::Shims;
 use crate::store::{Store, Table};
-use crate::util::Locks;
+use crate::util::{kernel_at_least, Locks};
 
 /// Everything a running crius owns. One per process, shared behind an `Arc`.
 pub struct Daemon {
@@ -40,6 +40,8 @@ pub struct Daemon {
     userns: std::sync::OnceLock<std::result::Result<(), String>>,
     /// A background retry of network releases that failed is under way.
     pub(crate) network_release_pending: std::sync::atomic::AtomicBool,
+    /// The runtime handlers, checked at start after the user namespace probe.
+    handlers: std::sync::OnceLock<crate::handlers::Handlers>,
     /// The last CPU sample of each pod and container cgroup, for usage_nano_cores.
     pub(crate) cpu_rates: crate::cpu_rates::CpuRates,
     /// Lifecycle events for GetContainerEvents subscribers.
@@ -50,6 +52,13 @@ impl Daemon {
     /// The configuration crius started with.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The runtime handlers (probed at start; before that, without probing the built-in
+    /// path's features).
+    pub fn handlers(&self) -> &crate::handlers::Handlers {
+        self.handlers
+            .get_or_init(|| crate::handlers::Handlers::probe(&self.config.runtime, false, false))
     }
 
     /// Whether user-namespaced pods work on this node (false until probed at start).
@@ -125,6 +134,7 @@ impl Daemon {
             userns: std::sync::OnceLock::new(),
             network_release_pending: std::sync::atomic::AtomicBool::new(false),
             cpu_rates: Default::default(),
+            handlers: std::sync::OnceLock::new(),
             events: crate::events::Events::default(),
         }))
     }
@@ -146,6 +156,13 @@ impl Daemon {
             tracing::warn!("user-namespaced pods are not supported here: {why}");
         }
         let _ = self.userns.set(userns);
+        let (runtime, userns) = (self.config.runtime.clone(), self.userns_supported());
+        let handlers = tokio::task::spawn_blocking(move || {
+            crate::handlers::Handlers::probe(&runtime, kernel_at_least(5, 12), userns)
+        })
+        .await
+        .context("probe the runtime handlers")?;
+        let _ = self.handlers.set(handlers);
         self.network_from_kept_cidr();
         self.recover_containers().await;
         self.recover_pods().await;

@@ -10,6 +10,7 @@ pub mod cpu_rates;
 pub mod daemon;
 pub mod error;
 pub mod events;
+pub mod handlers;
 pub mod layout;
 pub mod logging;
 pub mod mounts;

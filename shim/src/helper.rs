@@ -50,11 +50,20 @@ pub const SPAWNED_ENV: &str = "CRIUS_SHIM_HELPER_FDS";
 /// place, so the command line is written and read by the same code (and stays usable by hand).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HelperCall {
-    /// libcontainer's state root (`<shim state>/runc`).
+    /// The state root: libcontainer's (`<shim state>/runc`), or the OCI runtime's `--root`.
     pub root: PathBuf,
     /// The container.
     pub id: String,
     pub op: HelperOp,
+    /// Run the operation with this OCI runtime's command line instead of libcontainer.
+    pub runtime: Option<OciCommand>,
+}
+
+/// An OCI runtime's executable and the global flags it gets before every operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OciCommand {
+    pub binary: PathBuf,
+    pub options: Vec<String>,
 }
 
 /// The operations a helper runs.
@@ -91,7 +100,8 @@ impl HelperOp {
 }
 
 impl HelperCall {
-    /// The helper's command line: `<op> --root <root> --id <id> [op arguments]`.
+    /// The helper's command line: `<op> --root <root> --id <id> [--runtime <binary>
+    /// [--runtime-option <flag>]...] [op arguments]`.
     pub fn to_args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec![
             self.op.name().into(),
@@ -100,6 +110,14 @@ impl HelperCall {
             "--id".into(),
             self.id.clone().into(),
         ];
+        if let Some(rt) = &self.runtime {
+            args.push("--runtime".into());
+            args.push(rt.binary.clone().into());
+            for o in &rt.options {
+                args.push("--runtime-option".into());
+                args.push(o.into());
+            }
+        }
         match &self.op {
             HelperOp::Create {
                 bundle,
@@ -136,6 +154,8 @@ impl HelperCall {
         let mut console_dir = None;
         let mut process = None;
         let mut signal = None;
+        let mut runtime: Option<OciCommand> = None;
+        let mut options = Vec::new();
         while let Some(flag) = it.next() {
             let flag = flag.to_string_lossy().into_owned();
             let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -151,6 +171,13 @@ impl HelperCall {
                 "--bundle" => bundle = Some(PathBuf::from(value)),
                 "--console-dir" => console_dir = Some(PathBuf::from(value)),
                 "--process" => process = Some(PathBuf::from(value)),
+                "--runtime" => {
+                    runtime = Some(OciCommand {
+                        binary: PathBuf::from(value),
+                        options: Vec::new(),
+                    })
+                }
+                "--runtime-option" => options.push(value.to_string_lossy().into_owned()),
                 "--signal" => {
                     let text = value.to_string_lossy();
                     signal = Some(
@@ -167,6 +194,13 @@ impl HelperCall {
         if id.is_empty() {
             return Err("--id is empty".to_owned());
         }
+        match &mut runtime {
+            Some(rt) => rt.options = options,
+            None if !options.is_empty() => {
+                return Err("--runtime-option needs --runtime".to_owned())
+            }
+            None => {}
+        }
         let op = match op.to_string_lossy().as_ref() {
             "create" => HelperOp::Create {
                 bundle: bundle.ok_or("create needs --bundle")?,
@@ -182,7 +216,12 @@ impl HelperCall {
             },
             other => return Err(format!("unknown operation {other}")),
         };
-        Ok(Self { root, id, op })
+        Ok(Self {
+            root,
+            id,
+            op,
+            runtime,
+        })
     }
 }
 
@@ -377,17 +416,27 @@ mod tests {
     use super::*;
 
     fn round_trip(op: HelperOp) {
-        let call = HelperCall {
-            root: PathBuf::from("/run/crius/shims/p/runc"),
-            id: "c-1".to_owned(),
-            op,
-        };
-        let args = call.to_args();
-        assert_eq!(
-            HelperCall::parse(args.clone()),
-            Ok(call.clone()),
-            "{args:?}"
-        );
+        let runtimes = [
+            None,
+            Some(OciCommand {
+                binary: PathBuf::from("/usr/bin/runsc"),
+                options: vec!["--platform=ptrace".to_owned(), "--debug".to_owned()],
+            }),
+        ];
+        for runtime in runtimes {
+            let call = HelperCall {
+                root: PathBuf::from("/run/crius/shims/p/runc"),
+                id: "c-1".to_owned(),
+                op: op.clone(),
+                runtime,
+            };
+            let args = call.to_args();
+            assert_eq!(
+                HelperCall::parse(args.clone()),
+                Ok(call.clone()),
+                "{args:?}"
+            );
+        }
     }
 
     #[test]
@@ -423,5 +472,8 @@ mod tests {
             .unwrap_err()
             .contains("unknown operation"));
         assert!(parse("kill --root /r --id c --signal x").is_err());
+        assert!(parse("start --root /r --id c --runtime-option --debug")
+            .unwrap_err()
+            .contains("--runtime"));
     }
 }

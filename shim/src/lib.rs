@@ -20,8 +20,13 @@
 //! container ([`cgroup`]). Hooks, systemd or Intel RDT state, and anything unexpected in
 //! libcontainer's files still go to a helper.
 //!
+//! A container may instead be run by an OCI runtime's command line (runc, crun, runsc: a
+//! pod's RuntimeClass handler), the same helpers running the runtime ([`oci_cli`]); then
+//! every start, kill of the cgroup and delete goes through a helper, and the shim still owns
+//! stdio, logs, exits and attach.
+//!
 //! State directory layout (`<state>/shims/<pod-id>/`): `control.sock`, `shim.pid`, `shim.log`
-//! (unless `--log`), `runc/` (libcontainer's state), `containers/<id>/exit.json`,
+//! (unless `--log`), `runc/` (libcontainer's state), `oci/<runtime>/` (an OCI runtime's `--root`, unless configured), `containers/<id>/exit.json`,
 //! `exec/<n>.json` (process specs of running execs).
 
 pub mod cgroup;
@@ -32,6 +37,7 @@ pub mod exit_record;
 pub mod helper;
 pub mod libct;
 pub mod libct_state;
+pub mod oci_cli;
 pub mod oom;
 pub mod server;
 pub mod shim_log;

@@ -100,7 +100,7 @@ pub fn delete(root: &Path, id: &str) -> Result<(), String> {
 
 /// Listen on `<dir>/console.sock`, binding by a relative name so that long state paths do not
 /// hit the 108-byte limit of socket addresses.
-fn bind_console(dir: &Path) -> Result<UnixListener, String> {
+pub fn bind_console(dir: &Path) -> Result<UnixListener, String> {
     std::env::set_current_dir(dir).map_err(|e| chain("enter container state dir", &e))?;
     let _ = std::fs::remove_file(CONSOLE_SOCKET);
     let listener =
@@ -110,7 +110,7 @@ fn bind_console(dir: &Path) -> Result<UnixListener, String> {
 }
 
 /// Take the pty master the container's init sent over the console socket during create.
-fn receive_master(listener: &UnixListener) -> Result<OwnedFd, String> {
+pub fn receive_master(listener: &UnixListener) -> Result<OwnedFd, String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| chain("console socket", &e))?;

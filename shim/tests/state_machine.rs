@@ -260,6 +260,7 @@ impl Rig {
             stdin_once: false,
             tty: false,
             log_path: None,
+            runtime: None,
         }));
     }
 
@@ -360,6 +361,7 @@ fn requests_against_a_container_being_created_are_refused() {
         stdin_once: false,
         tty: false,
         log_path: None,
+        runtime: None,
     });
     assert_eq!(rig.refused(again), ErrorKind::AlreadyExists);
 }

@@ -129,6 +129,16 @@ impl Daemon {
             )));
         }
         let pod_config = pod.config();
+        let handler = self.handlers().get(&pod.runtime_handler)?;
+        if !handler.recursive_read_only {
+            if let Some(i) = config.mounts.iter().position(|m| m.recursive_read_only) {
+                return Err(Error::InvalidArgument(format!(
+                    "config.mounts[{i}].recursive_read_only: runtime handler {:?} does not \
+                     support recursive read-only mounts",
+                    handler.name
+                )));
+            }
+        }
         // A directory may have been closed since the pod started: a user-namespaced pod's ids
         // must still reach crius's root, state and pause binary, or the create fails inside.
         if let Some((uid, gid)) = crate::spec::pod_id_maps(&pod_config)?.and_then(|m| m.host_root())
@@ -233,6 +243,7 @@ impl Daemon {
     ) -> Result<()> {
         let id = record.id.clone();
         let pod = self.pod(&record.sandbox_id)?;
+        let handler = self.handlers().get(&pod.runtime_handler)?.clone();
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, &id);
         let staging = volumes::staging_dir(&paths.bundle);
         let userns = self.pod_userns(&pod.id, pod_config)?;
@@ -312,7 +323,9 @@ impl Daemon {
             hostname_file: Some(&hostname_file),
             shm_dir: shm,
             target_pid: self.target_pid(config)?,
+            host_devices_for_privileged: handler.host_devices_for_privileged(),
         })?;
+        let spec = handler_annotations(spec, &handler, config, pod_config);
         write_spec(&paths.bundle, &spec)?;
         // A working directory the image lacks is made, as runc does under containerd.
         if let Some(cwd) = spec.process().as_ref().map(|p| p.cwd()) {
@@ -340,6 +353,7 @@ impl Daemon {
                 stdin_once: config.stdin_once,
                 tty: config.tty,
                 log_path: record.log_path.clone(),
+                runtime: handler.oci_runtime(),
             })
             .await?;
         cgroups::attach(&pod.cgroup, &id, pid).await?;
@@ -390,4 +404,26 @@ impl Daemon {
             ))),
         }
     }
+}
+
+/// The annotations the pod's handler passes: the container's own only where
+/// `container_annotations` lets them through, and the pod's that `pod_annotations` names (a
+/// sandboxed runtime such as gVisor reads its pod-wide settings from each container's spec).
+fn handler_annotations(
+    mut spec: oci_spec::runtime::Spec,
+    handler: &crate::handlers::Handler,
+    config: &ContainerConfig,
+    pod_config: &PodSandboxConfig,
+) -> oci_spec::runtime::Spec {
+    let mut notes = spec.annotations().clone().unwrap_or_default();
+    for key in config.annotations.keys() {
+        if !key.starts_with("io.kubernetes.cri.") && !handler.passes_container_annotation(key) {
+            notes.remove(key);
+        }
+    }
+    for (k, v) in handler.pod_annotations_for_containers(&pod_config.annotations) {
+        notes.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    spec.set_annotations(Some(notes));
+    spec
 }

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::mounts;
 use crate::util::{check_name, excerpt, new_id, now_nanos};
 
-fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
+fn validate(config: &PodSandboxConfig) -> Result<()> {
     let Some(m) = config.metadata.as_ref() else {
         return Err(Error::InvalidArgument("config.metadata is required".into()));
     };
@@ -25,11 +25,6 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str) -> Result<()> {
         ("config.metadata.uid", &m.uid),
     ] {
         check_name(field, value).map_err(Error::InvalidArgument)?;
-    }
-    if !runtime_handler.is_empty() && runtime_handler != "crius" && runtime_handler != "runc" {
-        return Err(Error::InvalidArgument(format!(
-            "runtime_handler {runtime_handler:?} is not configured (known: \"\", \"crius\", \"runc\")"
-        )));
     }
     if config.hostname.len() > 64 || config.hostname.contains(['/', '\0', '\n']) {
         return Err(Error::InvalidArgument(format!(
@@ -145,7 +140,8 @@ impl Daemon {
         config: PodSandboxConfig,
         runtime_handler: String,
     ) -> Result<String> {
-        validate(&config, &runtime_handler)?;
+        validate(&config)?;
+        let handler = self.handlers().get(&runtime_handler)?;
         let id_maps = crate::spec::pod_id_maps(&config)?;
         if let Some(maps) = &id_maps {
             self.userns_support().map_err(|why| {
@@ -154,6 +150,13 @@ impl Daemon {
                      {why}"
                 ))
             })?;
+            if !handler.user_namespaces {
+                return Err(Error::FailedPrecondition(format!(
+                    "userns_options mode POD: runtime handler {:?} does not support user \
+                     namespaces (Status lists what each handler supports)",
+                    handler.name
+                )));
+            }
             // checked at start with stand-in ids; checked again with the pod's, before
             // anything is made (a directory may have changed since)
             if let Some((uid, gid)) = maps.host_root() {
@@ -315,6 +318,7 @@ impl Daemon {
                 stdin_once: false,
                 tty: false,
                 log_path: None,
+                runtime: self.handlers().get(&record.runtime_handler)?.oci_runtime(),
             })
             .await?;
         cgroups::attach(&record.cgroup, &id, pause).await?;
@@ -352,10 +356,8 @@ mod tests {
 
     #[test]
     fn hostname_longer_than_linux_allows_is_refused() {
-        validate(&config(&"h".repeat(64)), "").unwrap();
-        let msg = validate(&config(&"h".repeat(65)), "")
-            .unwrap_err()
-            .to_string();
+        validate(&config(&"h".repeat(64))).unwrap();
+        let msg = validate(&config(&"h".repeat(65))).unwrap_err().to_string();
         assert!(msg.contains("config.hostname"), "{msg}");
     }
 
@@ -363,9 +365,7 @@ mod tests {
     fn metadata_fields_are_required_and_named() {
         let mut c = config("");
         c.metadata.as_mut().unwrap().uid.clear();
-        let msg = validate(&c, "").unwrap_err().to_string();
+        let msg = validate(&c).unwrap_err().to_string();
         assert_eq!(msg, "config.metadata.uid is required");
-        let msg = validate(&config(""), "kata").unwrap_err().to_string();
-        assert!(msg.contains("runtime_handler \"kata\""), "{msg}");
     }
 }

@@ -4,13 +4,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crius_api::v1::{
-    RuntimeCondition, RuntimeFeatures, RuntimeHandler, RuntimeHandlerFeatures, RuntimeStatus,
-    StatusRequest, StatusResponse,
+    RuntimeCondition, RuntimeFeatures, RuntimeStatus, StatusRequest, StatusResponse,
 };
 
 use crate::daemon::Daemon;
 use crate::error::Result;
-use crate::util::kernel_at_least;
 
 /// The condition kubelet requires before it runs any pod.
 pub const RUNTIME_READY: &str = "RuntimeReady";
@@ -50,17 +48,10 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
             conditions: vec![runtime, network],
         }),
         info,
-        runtime_handlers: vec![RuntimeHandler {
-            // The default handler: the empty name is what kubelet sends without a RuntimeClass.
-            name: String::new(),
-            features: Some(RuntimeHandlerFeatures {
-                // libcontainer applies `rro` with mount_setattr(AT_RECURSIVE): Linux 5.12+
-                // (e2e: tests/tests/security.rs).
-                recursive_read_only_mounts: kernel_at_least(5, 12),
-                // probed at start: see `userns::probe` (e2e: tests/tests/userns.rs, userns_root.rs)
-                user_namespaces: daemon.userns_supported(),
-            }),
-        }],
+        // The default handler under "", then each usable one by name, with its probed features
+        // (built-in: rro with mount_setattr(AT_RECURSIVE), Linux 5.12+, tests/tests/security.rs;
+        // user namespaces from `userns::probe`, tests/tests/userns.rs): see `handlers.rs`.
+        runtime_handlers: daemon.handlers().status(),
         features: Some(RuntimeFeatures {
             // Merge and Strict are both applied when the process user is resolved.
             supplemental_groups_policy: true,

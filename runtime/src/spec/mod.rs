@@ -166,6 +166,9 @@ pub struct ContainerSpecInput<'a> {
     pub hosts: Option<&'a Path>,
     pub hostname_file: Option<&'a Path>,
     pub shm_dir: Option<&'a Path>,
+    /// Whether a privileged container gets every device of the host (false for a runtime
+    /// handler with `privileged_without_host_devices`).
+    pub host_devices_for_privileged: bool,
 }
 
 fn namespace(typ: LinuxNamespaceType, path: Option<PathBuf>) -> Result<LinuxNamespace> {
@@ -682,7 +685,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
         devices::default_rules()?
     };
     rules.extend(device_rules);
-    if privileged {
+    if privileged && input.host_devices_for_privileged {
         for dev in devices::host_devices()? {
             if !device_nodes.iter().any(|d| d.path() == dev.path()) {
                 device_nodes.push(dev);

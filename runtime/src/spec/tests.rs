@@ -114,6 +114,7 @@ fn input<'a>(
         hosts: Some(Path::new("/run/crius/s1/hosts")),
         hostname_file: Some(Path::new("/run/crius/s1/hostname")),
         shm_dir: Some(Path::new("/run/crius/s1/shm")),
+        host_devices_for_privileged: true,
     }
 }
 

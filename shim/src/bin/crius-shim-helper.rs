@@ -11,10 +11,13 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
+use std::path::Path;
+
 use crius_shim::helper::{
-    self, HelperCall, HelperOp, Outcome, LOG_FD, REPORT_FD, SPAWNED_ENV, STDIO_FDS,
+    self, HelperCall, HelperOp, OciCommand, Outcome, LOG_FD, REPORT_FD, SPAWNED_ENV, STDIO_FDS,
 };
 use crius_shim::libct::{self, InitStdio};
+use crius_shim::oci_cli::{self, ProcessStdio};
 
 fn main() {
     // Rust's runtime ignores SIGPIPE before main; the container processes libcontainer clones
@@ -76,6 +79,9 @@ fn stdio(i: usize) -> Option<OwnedFd> {
 fn run(args: Vec<OsString>) -> Result<(i32, Option<OwnedFd>), String> {
     let call = HelperCall::parse(args)?;
     let (root, id) = (&call.root, call.id.as_str());
+    if let Some(rt) = &call.runtime {
+        return run_oci(rt, root, id, call.op);
+    }
     match call.op {
         HelperOp::Create {
             bundle,
@@ -96,5 +102,50 @@ fn run(args: Vec<OsString>) -> Result<(i32, Option<OwnedFd>), String> {
         HelperOp::Start => libct::start(root, id).map(|()| (0, None)),
         HelperOp::Kill { signal } => libct::kill_all(root, id, signal).map(|()| (0, None)),
         HelperOp::Delete => libct::delete(root, id).map(|()| (0, None)),
+    }
+}
+
+/// The operation through an OCI runtime's command line (see `crius_shim::oci_cli`).
+fn run_oci(
+    rt: &OciCommand,
+    root: &Path,
+    id: &str,
+    op: HelperOp,
+) -> Result<(i32, Option<OwnedFd>), String> {
+    let stdio = || [stdio(0), stdio(1), stdio(2)];
+    match op {
+        HelperOp::Create {
+            bundle,
+            console_dir,
+        } => {
+            let stdio = ProcessStdio {
+                stdio: stdio(),
+                console_dir,
+            };
+            oci_cli::create(rt, root, id, &bundle, stdio)
+        }
+        HelperOp::Exec { process } => {
+            // A directory of its own for the console socket: execs run side by side.
+            let console_dir = match oci_cli::wants_terminal(&process)? {
+                true => {
+                    let dir = process.with_extension("console");
+                    std::fs::create_dir_all(&dir).map_err(|e| libct::chain("console dir", &e))?;
+                    Some(dir)
+                }
+                false => None,
+            };
+            let stdio = ProcessStdio {
+                stdio: stdio(),
+                console_dir: console_dir.clone(),
+            };
+            let result = oci_cli::exec(rt, root, id, &process, stdio);
+            if let Some(dir) = console_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            result
+        }
+        HelperOp::Start => oci_cli::start(rt, root, id).map(|()| (0, None)),
+        HelperOp::Kill { signal } => oci_cli::kill_all(rt, root, id, signal).map(|()| (0, None)),
+        HelperOp::Delete => oci_cli::delete(rt, root, id).map(|()| (0, None)),
     }
 }

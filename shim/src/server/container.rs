@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crius_api::shim::{
-    ContainerInfo, CreateContainer, ErrorKind, ExitInfo, Reply, Response, ShimError,
+    ContainerInfo, CreateContainer, ErrorKind, ExitInfo, OciRuntime, Reply, Response, ShimError,
 };
 use tracing::{info, warn};
 
@@ -51,6 +51,9 @@ pub(super) struct Container {
     pub(super) libct: Option<Recorded>,
     /// Attach sessions receiving a copy of the output.
     pub(super) attaches: Vec<AttachSink>,
+    /// The OCI runtime that runs the container (its root resolved), or `None` for
+    /// libcontainer.
+    pub(super) runtime: Option<OciRuntime>,
 }
 
 impl Container {
@@ -85,7 +88,29 @@ impl Shim {
                 format!("invalid container id {id:?}: use 1-128 of [A-Za-z0-9_.-]"),
             ));
         }
-        if self.containers.contains_key(&id) || self.runc_root.join(&id).exists() {
+        let runtime = req.runtime.clone().map(|mut rt| {
+            let name = rt.binary.file_name().map(|n| n.to_os_string());
+            rt.root.get_or_insert_with(|| {
+                self.cfg
+                    .state_dir
+                    .join("oci")
+                    .join(name.unwrap_or_else(|| "runtime".into()))
+            });
+            rt
+        });
+        if let Some(rt) = &runtime {
+            if !rt.binary.is_absolute() {
+                return Err(err(
+                    ErrorKind::InvalidArgument,
+                    format!("runtime {}: not an absolute path", rt.binary.display()),
+                ));
+            }
+        }
+        let root = runtime
+            .as_ref()
+            .and_then(|rt| rt.root.clone())
+            .unwrap_or_else(|| self.runc_root.clone());
+        if self.containers.contains_key(&id) || root.join(&id).exists() {
             return Err(err(
                 ErrorKind::AlreadyExists,
                 format!("container {id} already exists"),
@@ -123,6 +148,7 @@ impl Shim {
         };
         let dir = self.container_dir(&id);
         fs::create_dir_all(&dir).map_err(|e| internal("state dir", e))?;
+        fs::create_dir_all(&root).map_err(|e| internal("runtime root", e))?;
         let _ = fs::remove_file(dir.join(crius_api::shim::EXIT_FILE));
 
         // Our ends and the container's ends of its stdio.
@@ -176,6 +202,7 @@ impl Shim {
                 helpers: 0,
                 libct: None,
                 attaches: Vec::new(),
+                runtime,
             },
         );
         if let Err(e) = self.spawn_helper(&id, op, stdio, purpose) {
@@ -226,13 +253,17 @@ impl Shim {
             }
         };
         // libcontainer's record of the spec, for starting, signalling and deleting without a
-        // helper; without it those go through helpers.
-        let recorded = match libct_state::read_recorded(&self.runc_root.join(id)) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                warn!(target: "crius_shim", container = %id, error = %crius_common::error_chain(&e), "libcontainer's record unreadable");
-                None
-            }
+        // helper; without it (and always for an OCI runtime) those go through helpers.
+        let by_libcontainer = self.containers.get(id).is_some_and(|c| c.runtime.is_none());
+        let recorded = match by_libcontainer {
+            false => None,
+            true => match libct_state::read_recorded(&self.runc_root.join(id)) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    warn!(target: "crius_shim", container = %id, error = %crius_common::error_chain(&e), "libcontainer's record unreadable");
+                    None
+                }
+            },
         };
         let Some(c) = self.containers.get_mut(id) else {
             return;

@@ -10,7 +10,7 @@ use crius_api::shim::{ErrorKind, Reply, Response, HELPER_TIMEOUT};
 use tracing::warn;
 
 use super::{decode_status, err, Shim, Token};
-use crate::helper::{self, HelperCall, HelperOp, Outcome};
+use crate::helper::{self, HelperCall, HelperOp, OciCommand, Outcome};
 
 /// How long exits of not-yet-known pids are kept (a process may be reaped before the helper's
 /// report naming it is read, which takes milliseconds); short, as pids get reused.
@@ -62,10 +62,17 @@ impl Shim {
         stdio: [Option<RawFd>; 3],
         purpose: HelperPurpose,
     ) -> io::Result<()> {
+        let runtime = self.containers.get(id).and_then(|c| c.runtime.as_ref());
         let call = HelperCall {
-            root: self.runc_root.clone(),
+            root: runtime
+                .and_then(|rt| rt.root.clone())
+                .unwrap_or_else(|| self.runc_root.clone()),
             id: id.to_owned(),
             op,
+            runtime: runtime.map(|rt| OciCommand {
+                binary: rt.binary.clone(),
+                options: rt.options.clone(),
+            }),
         };
         let spawned = self.launcher.spawn(&call, stdio)?;
         self.helper_pids.push(spawned.pid);

@@ -116,6 +116,7 @@ impl Pod {
             stdin_once: false,
             tty: false,
             log_path: Some(self.log_path(&bundle.id)),
+            runtime: None,
         }
     }
 

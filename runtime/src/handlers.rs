@@ -1,0 +1,285 @@
+//! RuntimeClass handlers: which runtime runs a pod (`RunPodSandboxRequest.runtime_handler`).
+//!
+//! `[runtime.handlers.<name>]` (see `config.rs`) names crius's own path (`builtin`) or an OCI
+//! runtime's command line (`oci`: runc, crun, runsc, ...). At start each handler is checked:
+//! an `oci` handler whose binary is not an executable file is logged and left out, and the
+//! features of each usable one are probed, not assumed: `<binary> features` (the OCI runtime
+//! features document, runc 1.1+) says whether it knows the `rro` mount option and idmapped
+//! mounts; a runtime without that command is taken to have neither.
+//!
+//! A pod's sandbox and every container in it run under the pod's handler.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crius_api::shim::OciRuntime;
+use crius_api::v1::{RuntimeHandler, RuntimeHandlerFeatures};
+
+use crate::config::{HandlerConfig, HandlerType, RuntimeConfig};
+use crate::error::{Error, Result};
+use crate::util::excerpt;
+
+/// A usable handler: its configuration and what it was found to support.
+#[derive(Debug, Clone)]
+pub struct Handler {
+    pub name: String,
+    pub config: HandlerConfig,
+    /// Whether a mount may be recursively read-only (the `rro` option).
+    pub recursive_read_only: bool,
+    /// Whether it runs user-namespaced pods.
+    pub user_namespaces: bool,
+}
+
+impl Handler {
+    /// The OCI runtime for the shim, `None` for the built-in path.
+    pub fn oci_runtime(&self) -> Option<OciRuntime> {
+        (self.config.kind == HandlerType::Oci).then(|| OciRuntime {
+            binary: self.config.binary.clone(),
+            root: (!self.config.root.as_os_str().is_empty()).then(|| self.config.root.clone()),
+            options: self.config.options.clone(),
+        })
+    }
+
+    /// Whether privileged containers get the host's devices.
+    pub fn host_devices_for_privileged(&self) -> bool {
+        !self.config.privileged_without_host_devices
+    }
+
+    /// The pod annotations that also go into each container's spec.
+    pub fn pod_annotations_for_containers<'a>(
+        &self,
+        pod: &'a std::collections::HashMap<String, String>,
+    ) -> Vec<(&'a String, &'a String)> {
+        pod.iter()
+            .filter(|(k, _)| matches_any(&self.config.pod_annotations, k))
+            .collect()
+    }
+
+    /// Whether a container annotation reaches the container's spec.
+    pub fn passes_container_annotation(&self, key: &str) -> bool {
+        self.config.container_annotations.is_empty()
+            || matches_any(&self.config.container_annotations, key)
+    }
+}
+
+/// `key` equals a pattern, or starts with the part of a `prefix*` pattern before the `*`.
+fn matches_any(patterns: &[String], key: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => key.starts_with(prefix),
+        None => p == key,
+    })
+}
+
+/// The handlers of this node.
+#[derive(Debug, Clone)]
+pub struct Handlers {
+    default: String,
+    usable: BTreeMap<String, Handler>,
+    /// Configured but unusable handlers, and why.
+    unusable: BTreeMap<String, String>,
+}
+
+impl Handlers {
+    /// Checks every configured handler; `builtin` is what the built-in path supports (rro,
+    /// user namespaces), probed by the caller.
+    pub fn probe(config: &RuntimeConfig, builtin_rro: bool, builtin_userns: bool) -> Handlers {
+        let mut usable = BTreeMap::new();
+        let mut unusable = BTreeMap::new();
+        for (name, h) in &config.handlers {
+            let handler = match h.kind {
+                HandlerType::Builtin => Handler {
+                    name: name.clone(),
+                    config: h.clone(),
+                    recursive_read_only: builtin_rro,
+                    user_namespaces: builtin_userns,
+                },
+                HandlerType::Oci => {
+                    if let Err(why) = executable(&h.binary) {
+                        tracing::warn!(handler = %name, "runtime handler left out: {why}");
+                        unusable.insert(name.clone(), why);
+                        continue;
+                    }
+                    let (rro, userns) = probe_features(&h.binary);
+                    Handler {
+                        name: name.clone(),
+                        config: h.clone(),
+                        recursive_read_only: rro && builtin_rro,
+                        user_namespaces: userns && builtin_userns,
+                    }
+                }
+            };
+            tracing::info!(
+                handler = %name,
+                recursive_read_only = handler.recursive_read_only,
+                user_namespaces = handler.user_namespaces,
+                "runtime handler"
+            );
+            usable.insert(name.clone(), handler);
+        }
+        Handlers {
+            default: config.default_handler.clone(),
+            usable,
+            unusable,
+        }
+    }
+
+    /// The handler a pod asked for (`""`: the default one).
+    pub fn get(&self, name: &str) -> Result<&Handler> {
+        let key = if name.is_empty() { &self.default } else { name };
+        if let Some(h) = self.usable.get(key) {
+            return Ok(h);
+        }
+        if let Some(why) = self.unusable.get(key) {
+            return Err(Error::FailedPrecondition(format!(
+                "runtime_handler {key:?} is configured but not usable on this node: {why}"
+            )));
+        }
+        Err(Error::InvalidArgument(format!(
+            "runtime_handler {:?} is not configured (configured: {})",
+            excerpt(name),
+            self.usable
+                .keys()
+                .chain(self.unusable.keys())
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
+    }
+
+    /// `Status.runtime_handlers`: the default handler under the empty name, then every usable
+    /// one by name.
+    pub fn status(&self) -> Vec<RuntimeHandler> {
+        let entry = |name: &str, h: &Handler| RuntimeHandler {
+            name: name.to_owned(),
+            features: Some(RuntimeHandlerFeatures {
+                recursive_read_only_mounts: h.recursive_read_only,
+                user_namespaces: h.user_namespaces,
+            }),
+        };
+        let mut out = Vec::with_capacity(self.usable.len() + 1);
+        if let Some(h) = self.usable.get(&self.default) {
+            out.push(entry("", h));
+        }
+        out.extend(self.usable.iter().map(|(name, h)| entry(name, h)));
+        out
+    }
+}
+
+/// Whether `path` is an executable regular file, else why not.
+fn executable(path: &Path) -> std::result::Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(_) => Err(format!("{} is not an executable file", path.display())),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// (`rro` known, idmapped mounts known) from `<binary> features`; both false when the
+/// runtime has no such command or does not answer within two seconds.
+fn probe_features(binary: &Path) -> (bool, bool) {
+    let Ok(mut child) = Command::new(binary)
+        .arg("features")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    else {
+        return (false, false);
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return (false, false);
+            }
+        }
+    }
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+    }
+    features_from(&out)
+}
+
+/// (`rro` known, idmapped mounts known) from an OCI runtime features document.
+fn features_from(json: &str) -> (bool, bool) {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(json) else {
+        return (false, false);
+    };
+    let rro = doc
+        .get("mountOptions")
+        .and_then(|m| m.as_array())
+        .is_some_and(|opts| opts.iter().any(|o| o.as_str() == Some("rro")));
+    let linux = doc.get("linux");
+    let user_ns = linux
+        .and_then(|l| l.get("namespaces"))
+        .and_then(|n| n.as_array())
+        .is_some_and(|ns| ns.iter().any(|n| n.as_str() == Some("user")));
+    let idmap = linux
+        .and_then(|l| l.pointer("/mountExtensions/idmap/enabled"))
+        .and_then(|e| e.as_bool())
+        .unwrap_or(false);
+    (rro, user_ns && idmap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn features_documents_are_read() {
+        assert_eq!(features_from(""), (false, false));
+        assert_eq!(
+            features_from(r#"{"mountOptions":["ro","rro"],"linux":{"namespaces":["user"]}}"#),
+            (true, false)
+        );
+        assert_eq!(
+            features_from(
+                r#"{"mountOptions":["ro"],"linux":{"namespaces":["user","pid"],
+                    "mountExtensions":{"idmap":{"enabled":true}}}}"#
+            ),
+            (false, true)
+        );
+    }
+
+    #[test]
+    fn annotation_patterns() {
+        let p = vec!["dev.gvisor.*".to_owned(), "exact".to_owned()];
+        assert!(matches_any(&p, "dev.gvisor.spec.mount.x"));
+        assert!(matches_any(&p, "exact"));
+        assert!(!matches_any(&p, "exactly"));
+        assert!(!matches_any(&p, "dev.other"));
+    }
+
+    #[test]
+    fn unknown_and_unusable_handlers_are_told_apart() {
+        let mut config = RuntimeConfig::default();
+        config.handlers.insert(
+            "ghost".into(),
+            HandlerConfig {
+                binary: "/nonexistent/ghost-runtime".into(),
+                ..config.handlers["runc"].clone()
+            },
+        );
+        let h = Handlers::probe(&config, true, true);
+        assert_eq!(h.get("").unwrap().name, "crius");
+        let e = h.get("ghost").unwrap_err();
+        assert!(matches!(e, Error::FailedPrecondition(_)), "{e}");
+        assert!(e.to_string().contains("/nonexistent/ghost-runtime"), "{e}");
+        let e = h.get("kata").unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert!(e.to_string().contains("\"kata\""), "{e}");
+        assert!(e.to_string().contains("crius"), "{e}");
+        assert!(h.status().iter().all(|s| s.name != "ghost"));
+        assert_eq!(h.status()[0].name, "");
+    }
+}

@@ -1,0 +1,305 @@
+//! Containers run by an OCI runtime's command line (runc, crun, runsc) instead of
+//! libcontainer, in `crius-shim-helper` processes like the libcontainer calls ([`crate::libct`]).
+//!
+//! Each operation runs the runtime once and waits for it:
+//!
+//! | operation | command line |
+//! |---|---|
+//! | create | `<rt> [options] --root R --log L --log-format json create --bundle B --pid-file P [--console-socket S] ID` |
+//! | start | `... start ID` |
+//! | kill (every process) | `... kill --all ID SIGNAL` |
+//! | delete | `... delete --force ID` (nothing to do when `R/ID` does not exist) |
+//! | exec | `... exec --process J --pid-file P --detach [--console-socket S] ID` |
+//!
+//! The container's stdin, stdout and stderr are the runtime's own (the runtime hands them on
+//! to the container's process), `/dev/null` where the shim gave none. The runtime's messages go
+//! to its `--log` file, from which the last error becomes the helper's error.
+//!
+//! The processes a create or an exec makes outlive the runtime: when it exits they are
+//! re-parented to the shim, the child subreaper, which reaps them as it reaps libcontainer's.
+//!
+//! A terminal's master arrives on a console socket the helper listens on. Socket addresses
+//! hold at most 108 bytes and state paths are longer, so the runtime is given the socket's
+//! path through a descriptor of its directory: `/proc/self/fd/<n>/console.sock`.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::helper::OciCommand;
+use crate::libct::{chain, receive_master, CONSOLE_SOCKET};
+
+/// The descriptors a container's (or exec's) process gets, and where to listen for the
+/// terminal's master when it has one.
+pub struct ProcessStdio {
+    pub stdio: [Option<OwnedFd>; 3],
+    /// For a terminal: the directory for the console socket.
+    pub console_dir: Option<PathBuf>,
+}
+
+/// One run of the runtime for container `id`, its state under `root`.
+struct Run<'a> {
+    rt: &'a OciCommand,
+    root: &'a Path,
+    id: &'a str,
+}
+
+impl Run<'_> {
+    /// The runtime's log for this run: beside the container's state directory, not in it
+    /// (the runtime makes that one and refuses a create if it exists).
+    fn log_path(&self, op: &str) -> PathBuf {
+        self.root
+            .join(format!("{}.{op}.{}.log", self.id, std::process::id()))
+    }
+
+    /// Runs `<rt> [options] --root R --log L --log-format json <args>` with `stdio`; an error
+    /// carries the runtime's last logged error, else its exit status.
+    fn run(&self, op: &str, args: &[&OsStr], stdio: [Option<OwnedFd>; 3]) -> Result<(), String> {
+        let log = self.log_path(op);
+        let mut cmd = Command::new(&self.rt.binary);
+        cmd.args(&self.rt.options)
+            .arg("--root")
+            .arg(self.root)
+            .arg("--log")
+            .arg(&log)
+            .arg("--log-format")
+            .arg("json")
+            .args(args);
+        let [stdin, stdout, stderr] = stdio;
+        cmd.stdin(stdin.map_or_else(Stdio::null, Stdio::from))
+            .stdout(stdout.map_or_else(Stdio::null, Stdio::from))
+            .stderr(stderr.map_or_else(Stdio::null, Stdio::from));
+        let name = self.rt.binary.display();
+        let status = cmd
+            .status()
+            .map_err(|e| chain(&format!("run {name} {op}"), &e));
+        let logged = fs::read_to_string(&log).unwrap_or_default();
+        let _ = fs::remove_file(&log);
+        let status = status?;
+        if status.success() {
+            return Ok(());
+        }
+        Err(match last_error(&logged) {
+            Some(message) => format!("{name} {op}: {message}"),
+            None => format!("{name} {op}: {status}"),
+        })
+    }
+}
+
+/// The message of the last error-level line of a runtime's JSON log (runc and crun write
+/// `{"level":"error","msg":"..."}`), or of its last line of any kind.
+fn last_error(log: &str) -> Option<String> {
+    let mut last = None;
+    let mut last_error = None;
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(v) => {
+                let msg = v.get("msg").and_then(|m| m.as_str()).unwrap_or(line);
+                let level = v.get("level").and_then(|l| l.as_str()).unwrap_or("");
+                if matches!(level, "error" | "fatal" | "panic") {
+                    last_error = Some(msg.to_owned());
+                }
+                last = Some(msg.to_owned());
+            }
+            Err(_) => last = Some(line.to_owned()),
+        }
+    }
+    last_error.or(last).map(|m| {
+        let m = m.trim();
+        match m.char_indices().nth(2048) {
+            Some((cut, _)) => format!("{}...", &m[..cut]),
+            None => m.to_owned(),
+        }
+    })
+}
+
+/// A console socket the runtime can reach by a short path, and the descriptor of its
+/// directory that the path goes through (inherited by the runtime).
+struct Console {
+    listener: UnixListener,
+    dir: OwnedFd,
+}
+
+impl Console {
+    fn listen(dir: &Path) -> Result<Console, String> {
+        let listener = crate::libct::bind_console(dir)?;
+        let dir = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(dir)
+            .map_err(|e| chain("open console dir", &e))?;
+        let dir = OwnedFd::from(dir);
+        // The runtime must inherit it: clear close-on-exec.
+        // SAFETY: F_SETFD on a descriptor we own.
+        if unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_SETFD, 0) } < 0 {
+            return Err(chain(
+                "console dir descriptor",
+                &std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(Console { listener, dir })
+    }
+
+    fn path(&self) -> String {
+        format!("/proc/self/fd/{}/{CONSOLE_SOCKET}", self.dir.as_raw_fd())
+    }
+
+    fn master(self) -> Result<OwnedFd, String> {
+        let master = receive_master(&self.listener);
+        drop(self.dir);
+        master
+    }
+}
+
+/// The pid a runtime wrote to `path`.
+fn read_pid(path: &Path) -> Result<i32, String> {
+    let text = fs::read_to_string(path).map_err(|e| chain("read pid file", &e))?;
+    let _ = fs::remove_file(path);
+    text.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("pid file {}: not a pid: {:?}", path.display(), text.trim()))
+}
+
+/// `create`: returns the container init's pid and, with a terminal, the pty master.
+pub fn create(
+    rt: &OciCommand,
+    root: &Path,
+    id: &str,
+    bundle: &Path,
+    stdio: ProcessStdio,
+) -> Result<(i32, Option<OwnedFd>), String> {
+    let run = Run { rt, root, id };
+    let pid_file = root.join(format!("{id}.pid"));
+    let console = stdio
+        .console_dir
+        .as_deref()
+        .map(Console::listen)
+        .transpose()?;
+    let console_path = console.as_ref().map(Console::path);
+    let mut args: Vec<&OsStr> = vec![
+        "create".as_ref(),
+        "--bundle".as_ref(),
+        bundle.as_os_str(),
+        "--pid-file".as_ref(),
+        pid_file.as_os_str(),
+    ];
+    if let Some(path) = &console_path {
+        args.extend::<[&OsStr; 2]>(["--console-socket".as_ref(), path.as_ref()]);
+    }
+    args.push(id.as_ref());
+    run.run("create", &args, stdio.stdio)?;
+    let pid = read_pid(&pid_file)?;
+    let master = console.map(Console::master).transpose()?;
+    Ok((pid, master))
+}
+
+/// `start`: the created container's process runs.
+pub fn start(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
+    Run { rt, root, id }.run(
+        "start",
+        &["start".as_ref(), id.as_ref()],
+        [None, None, None],
+    )
+}
+
+/// `kill --all`: `signal` to every process of the container.
+pub fn kill_all(rt: &OciCommand, root: &Path, id: &str, signal: i32) -> Result<(), String> {
+    let signal = signal.to_string();
+    Run { rt, root, id }.run(
+        "kill",
+        &[
+            "kill".as_ref(),
+            "--all".as_ref(),
+            id.as_ref(),
+            signal.as_ref(),
+        ],
+        [None, None, None],
+    )
+}
+
+/// `delete --force`: the container's processes, cgroup and state gone. A container the
+/// runtime has no state of is already deleted.
+pub fn delete(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
+    if !root.join(id).exists() {
+        return Ok(());
+    }
+    Run { rt, root, id }.run(
+        "delete",
+        &["delete".as_ref(), "--force".as_ref(), id.as_ref()],
+        [None, None, None],
+    )
+}
+
+/// `exec --detach`: the process of the OCI `process` JSON in the running container; returns
+/// its pid and, with a terminal, the pty master.
+pub fn exec(
+    rt: &OciCommand,
+    root: &Path,
+    id: &str,
+    process: &Path,
+    stdio: ProcessStdio,
+) -> Result<(i32, Option<OwnedFd>), String> {
+    let run = Run { rt, root, id };
+    let pid_file = root.join(format!("{id}.exec.{}.pid", std::process::id()));
+    let console = stdio
+        .console_dir
+        .as_deref()
+        .map(Console::listen)
+        .transpose()?;
+    let console_path = console.as_ref().map(Console::path);
+    let mut args: Vec<&OsStr> = vec![
+        "exec".as_ref(),
+        "--process".as_ref(),
+        process.as_os_str(),
+        "--pid-file".as_ref(),
+        pid_file.as_os_str(),
+        "--detach".as_ref(),
+    ];
+    if let Some(path) = &console_path {
+        args.extend::<[&OsStr; 2]>(["--console-socket".as_ref(), path.as_ref()]);
+    }
+    args.push(id.as_ref());
+    let ran = run.run("exec", &args, stdio.stdio);
+    if ran.is_err() {
+        let _ = fs::remove_file(&pid_file);
+    }
+    ran?;
+    let pid = read_pid(&pid_file)?;
+    let master = console.map(Console::master).transpose()?;
+    Ok((pid, master))
+}
+
+/// Whether `process` (an OCI process JSON) asks for a terminal.
+pub fn wants_terminal(process: &Path) -> Result<bool, String> {
+    let text = fs::read_to_string(process).map_err(|e| chain("read process", &e))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| chain("parse process", &e))?;
+    Ok(v.get("terminal").and_then(|t| t.as_bool()).unwrap_or(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_error_of_a_json_log_is_the_message() {
+        let log = r#"{"level":"info","msg":"starting"}
+{"level":"error","msg":"container_linux.go: starting container process caused: exec: \"nope\": executable file not found in $PATH","time":"x"}
+{"level":"info","msg":"cleanup"}
+"#;
+        assert_eq!(
+            last_error(log).as_deref(),
+            Some("container_linux.go: starting container process caused: exec: \"nope\": executable file not found in $PATH")
+        );
+        assert_eq!(last_error("plain text\n").as_deref(), Some("plain text"));
+        assert_eq!(last_error(""), None);
+        let long = format!("{{\"level\":\"error\",\"msg\":\"{}\"}}", "x".repeat(5000));
+        assert!(last_error(&long).unwrap().len() < 2100);
+    }
+}

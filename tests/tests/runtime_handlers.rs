@@ -1,0 +1,342 @@
+//! RuntimeClass handlers end to end: pods under crius's own path, runc and crun side by side
+//! on one crius (Debian's runc and crun, which `make test` installs), each with a busybox
+//! container and a terminal container, exec, logs, a SIGKILLed crius and recovery, stop and
+//! removal; a runtime that fails its create leaves nothing; unknown and unusable handlers
+//! are refused by name. Run as root.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{assert_status, texts, Env};
+use crius_api::v1::{ListPodSandboxRequest, RunPodSandboxRequest, StatusRequest};
+use tonic::Code;
+
+/// What an OCI runtime says of container `id` under the pod's shim (`<rt> --root R state`).
+fn runtime_state(rt: &str, root: &Path, id: &str) -> Option<serde_json::Value> {
+    let out = Command::new(rt)
+        .arg("--root")
+        .arg(root)
+        .args(["state", id])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+/// The controllers of the cgroup v2 hierarchy of a hybrid (v1 + v2) node, if it has any.
+fn hybrid_v2_controllers() -> Option<String> {
+    let text = std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers").ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_string())
+}
+
+#[tokio::test]
+async fn every_handler_runs_pods_side_by_side() {
+    let mut env = Env::with_image(90).await;
+    let status = env
+        .rt()
+        .status(StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    let names: Vec<&str> = status
+        .runtime_handlers
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect();
+    for h in ["", "crius", "runc", "crun"] {
+        assert!(
+            names.contains(&h),
+            "handler {h:?} missing from Status: {names:?}"
+        );
+    }
+    // The default handler reports the built-in path's features under "".
+    let features = |n: &str| {
+        status
+            .runtime_handlers
+            .iter()
+            .find(|h| h.name == n)
+            .and_then(|h| h.features)
+            .unwrap()
+    };
+    assert_eq!(features(""), features("crius"));
+    // Not assumed: crun 1.8 has no `features` command, so neither is claimed for it.
+    assert!(!features("crun").user_namespaces);
+
+    let mut handlers = vec!["crius", "runc", "crun"];
+    if let Some(controllers) = hybrid_v2_controllers() {
+        // crun 1.8 refuses a cgroup v1 node whose v2 hierarchy holds controllers (here:
+        // hugetlb). crius must say so, name crun's reason, and leave nothing.
+        eprintln!(
+            "crun cannot run pods on this node (cgroup v2 hierarchy beside v1 holds {controllers}): \
+             checking that crius reports it"
+        );
+        handlers.retain(|h| *h != "crun");
+        let err = env
+            .rt()
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(env.pod_config("pod-crun", false)),
+                runtime_handler: "crun".into(),
+            })
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("hybrid mode"), "{err:?}");
+    }
+    let mut pods = Vec::new();
+    for h in handlers {
+        let config = env.pod_config(&format!("pod-{h}"), false);
+        let pod = env.run_pod_with_handler(config.clone(), h).await;
+        let status = env.pod_status(&pod).await;
+        assert_eq!(status.runtime_handler, h);
+        let busy = env
+            .create_start(
+                &pod,
+                &config,
+                env.container_config(
+                    &format!("ticker-{h}"),
+                    &[
+                        "sh",
+                        "-c",
+                        "echo out-$HOSTNAME; echo err >&2; exec sleep 1000",
+                    ],
+                ),
+            )
+            .await;
+        let mut tty =
+            env.container_config(&format!("tty-{h}"), &["sh", "-c", "tty; exec sleep 1000"]);
+        tty.tty = true;
+        let tty = env.create_start(&pod, &config, tty).await;
+        pods.push((h, pod, config, busy, tty));
+    }
+    let listed = env
+        .rt()
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    for (h, pod, ..) in &pods {
+        let item = listed.iter().find(|p| &p.id == pod).unwrap();
+        assert_eq!(item.runtime_handler, *h);
+    }
+
+    let check = |env: &Env, pods: &[(&str, String, _, String, String)]| {
+        let state = env.crius.state();
+        for (h, pod, _, busy, _) in pods {
+            let root = state.join("shims").join(pod).join("oci").join(h);
+            if *h == "crius" {
+                assert!(!root.exists(), "the built-in path made {}", root.display());
+                continue;
+            }
+            // The runtime itself knows the pause and the container, and says they run.
+            for id in [pod, busy] {
+                let s = runtime_state(h, &root, id)
+                    .unwrap_or_else(|| panic!("{h} has no state of {id} in {}", root.display()));
+                assert_eq!(s["status"], "running", "{h} {id}: {s}");
+            }
+        }
+    };
+    check(&env, &pods);
+    for (h, _, _, busy, tty) in &pods {
+        let log = |name: &str| {
+            env.log_dir(&format!("pod-{h}"))
+                .join(format!("{name}-{h}.log"))
+        };
+        let out = env
+            .exec(busy, &["sh", "-c", "echo exec-ok; id -u"], 10)
+            .await
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "exec-ok\n0\n", "{h}");
+        assert_eq!(out.exit_code, 0);
+        let out = env.exec(busy, &["sh", "-c", "exit 3"], 10).await.unwrap();
+        assert_eq!(out.exit_code, 3, "{h}");
+        let limit = Duration::from_secs(10);
+        let lines = env
+            .wait_log(&log("ticker"), limit, |l| {
+                texts(l, "stderr").contains(&"err".to_string())
+            })
+            .await;
+        assert!(
+            texts(&lines, "stdout")[0].starts_with("out-"),
+            "{h}: {lines:?}"
+        );
+        let lines = env
+            .wait_log(&log("tty"), limit, |l| !texts(l, "stdout").is_empty())
+            .await;
+        assert!(
+            texts(&lines, "stdout")[0].starts_with("/dev/pts/"),
+            "{h}: {lines:?}"
+        );
+        let _ = tty;
+    }
+
+    // crius killed and started again: every handler's pods and containers are found running.
+    env.crius.kill9().unwrap();
+    env.crius.restart().await.unwrap();
+    check(&env, &pods);
+    for (h, pod, _, busy, tty) in &pods {
+        let s = env.status(busy).await;
+        assert_eq!(
+            s.state,
+            crius_api::v1::ContainerState::ContainerRunning as i32,
+            "{h}"
+        );
+        let out = env.exec(busy, &["echo", "again"], 10).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "again\n", "{h}");
+        env.stop(busy, 2).await;
+        let s = env.status(busy).await;
+        assert_eq!(
+            s.state,
+            crius_api::v1::ContainerState::ContainerExited as i32,
+            "{h}"
+        );
+        // The test image's stop signal (SIGUSR1) ends sleep.
+        assert_eq!(s.exit_code, 128 + 10, "{h}: {s:?}");
+        env.remove(busy).await;
+        env.stop(tty, 0).await;
+        env.remove(tty).await;
+        env.stop_pod(pod).await;
+        env.remove_pod(pod).await;
+    }
+    env.assert_no_leaks().await;
+}
+
+/// An OCI runtime that refuses every create (logging why as runc does) and hands every other
+/// operation to runc.
+const REFUSING_RUNTIME: &str = r#"#!/bin/sh
+log=
+prev=
+for a in "$@"; do
+  [ "$prev" = "--log" ] && log=$a
+  prev=$a
+  if [ "$a" = create ]; then
+    echo '{"level":"error","msg":"refusing runtime: no creates today","time":"2026-11-24T00:00:00Z"}' >> "$log"
+    exit 1
+  fi
+done
+exec /usr/sbin/runc "$@"
+"#;
+
+#[tokio::test]
+async fn a_runtime_that_fails_create_leaves_nothing() {
+    let dir = tempfile::Builder::new()
+        .prefix("crius-refusing-rt-")
+        .tempdir()
+        .unwrap();
+    let rt = dir.path().join("refusing");
+    std::fs::write(&rt, REFUSING_RUNTIME).unwrap();
+    let mut perms = std::fs::metadata(&rt).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&rt, perms).unwrap();
+    let extra = format!(
+        "[runtime.handlers.refusing]\ntype = \"oci\"\nbinary = \"{}\"\n",
+        rt.display()
+    );
+    let mut env = Env::with_config(91, &extra).await;
+    let pushed = env.pushed.reference.clone();
+    env.image_ref = env.pull(&pushed).await;
+
+    // The pause's create fails: RunPodSandbox says why, and nothing of the pod is left.
+    let config = env.pod_config("refused", false);
+    let err = env
+        .rt()
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: "refusing".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("no creates today"), "{err:?}");
+    let pods = env
+        .rt()
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert!(pods.is_empty(), "{pods:?}");
+
+    // runc refusing a container (its command does not exist): CreateContainer says why, the
+    // pod runs on, and removing it leaves nothing.
+    let config = env.pod_config("runc", false);
+    let pod = env.run_pod_with_handler(config.clone(), "runc").await;
+    let bad = env.container_config("nope", &["/no/such/binary"]);
+    let err = env
+        .rt()
+        .create_container(crius_api::v1::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(bad),
+            sandbox_config: Some(config.clone()),
+        })
+        .await;
+    match err {
+        // runc checks the command at create...
+        Err(e) => assert!(e.message().contains("/no/such/binary"), "{e:?}"),
+        // ...or only at start: then the start fails.
+        Ok(r) => {
+            let id = r.into_inner().container_id;
+            let e = env
+                .rt()
+                .start_container(crius_api::v1::StartContainerRequest {
+                    container_id: id.clone(),
+                })
+                .await
+                .unwrap_err();
+            assert!(e.message().contains("/no/such/binary"), "{e:?}");
+            env.remove(&id).await;
+        }
+    }
+    let root = env.crius.state().join("shims").join(&pod).join("oci/runc");
+    let left: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != &pod)
+        .collect();
+    assert!(left.is_empty(), "runc state left: {left:?}");
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn unknown_and_unusable_handlers_are_refused_by_name() {
+    let extra =
+        "[runtime.handlers.ghost]\ntype = \"oci\"\nbinary = \"/nonexistent/ghost-runtime\"\n";
+    let env = Env::with_config(92, extra).await;
+    let run = |handler: &str| {
+        let mut rt = env.rt();
+        let config = env.pod_config("h", true);
+        let handler = handler.to_string();
+        async move {
+            rt.run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: handler,
+            })
+            .await
+        }
+    };
+    assert_status(
+        run("kata").await,
+        Code::InvalidArgument,
+        &["runtime_handler \"kata\"", "crius", "runc"],
+    );
+    assert_status(
+        run("ghost").await,
+        Code::FailedPrecondition,
+        &["\"ghost\"", "/nonexistent/ghost-runtime"],
+    );
+    let status = env
+        .rt()
+        .status(StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(status.runtime_handlers.iter().all(|h| h.name != "ghost"));
+}

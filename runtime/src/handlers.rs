@@ -4,8 +4,10 @@
 //! runtime's command line (`oci`: runc, crun, runsc, ...). At start each handler is checked:
 //! an `oci` handler whose binary is not an executable file is logged and left out, and the
 //! features of each usable one are probed, not assumed: `<binary> features` (the OCI runtime
-//! features document, runc 1.1+) says whether it knows the `rro` mount option and idmapped
-//! mounts; a runtime without that command is taken to have neither.
+//! features document, runc 1.1+) says whether it knows the `rro` mount option and user
+//! namespaces; a runtime without that command is taken to have neither. A user-namespaced
+//! pod's namespaces and idmapped mounts are made by crius itself, so the runtime only has to
+//! join a user namespace by path: it needs no idmapped mount support of its own.
 //!
 //! A pod's sandbox and every container in it run under the pod's handler.
 
@@ -177,7 +179,7 @@ fn executable(path: &Path) -> std::result::Result<(), String> {
     }
 }
 
-/// (`rro` known, idmapped mounts known) from `<binary> features`; both false when the
+/// (`rro` known, user namespaces known) from `<binary> features`; both false when the
 /// runtime has no such command or does not answer within two seconds.
 fn probe_features(binary: &Path) -> (bool, bool) {
     let Ok(mut child) = Command::new(binary)
@@ -210,7 +212,7 @@ fn probe_features(binary: &Path) -> (bool, bool) {
     features_from(&out)
 }
 
-/// (`rro` known, idmapped mounts known) from an OCI runtime features document.
+/// (`rro` known, user namespaces known) from an OCI runtime features document.
 fn features_from(json: &str) -> (bool, bool) {
     let Ok(doc) = serde_json::from_str::<serde_json::Value>(json) else {
         return (false, false);
@@ -224,11 +226,7 @@ fn features_from(json: &str) -> (bool, bool) {
         .and_then(|l| l.get("namespaces"))
         .and_then(|n| n.as_array())
         .is_some_and(|ns| ns.iter().any(|n| n.as_str() == Some("user")));
-    let idmap = linux
-        .and_then(|l| l.pointer("/mountExtensions/idmap/enabled"))
-        .and_then(|e| e.as_bool())
-        .unwrap_or(false);
-    (rro, user_ns && idmap)
+    (rro, user_ns)
 }
 
 #[cfg(test)]
@@ -239,14 +237,11 @@ mod tests {
     fn features_documents_are_read() {
         assert_eq!(features_from(""), (false, false));
         assert_eq!(
-            features_from(r#"{"mountOptions":["ro","rro"],"linux":{"namespaces":["user"]}}"#),
+            features_from(r#"{"mountOptions":["ro","rro"],"linux":{"namespaces":["pid"]}}"#),
             (true, false)
         );
         assert_eq!(
-            features_from(
-                r#"{"mountOptions":["ro"],"linux":{"namespaces":["user","pid"],
-                    "mountExtensions":{"idmap":{"enabled":true}}}}"#
-            ),
+            features_from(r#"{"mountOptions":["ro"],"linux":{"namespaces":["user","pid"]}}"#),
             (false, true)
         );
     }

@@ -325,7 +325,10 @@ impl Daemon {
             target_pid: self.target_pid(config)?,
             host_devices_for_privileged: handler.host_devices_for_privileged(),
         })?;
-        let spec = handler_annotations(spec, &handler, config, pod_config);
+        let mut spec = handler_annotations(spec, &handler, config, pod_config);
+        if handler.oci_runtime().is_some() {
+            crate::spec::set_userns_mappings(&mut spec, pod_config)?;
+        }
         write_spec(&paths.bundle, &spec)?;
         // A working directory the image lacks is made, as runc does under containerd.
         if let Some(cwd) = spec.process().as_ref().map(|p| p.cwd()) {

@@ -309,6 +309,11 @@ impl Daemon {
             shm_dir: shm.as_deref(),
             userns_path: id_maps_root.is_some().then_some(paths.userns.as_path()),
         })?;
+        let runtime = self.handlers().get(&record.runtime_handler)?.oci_runtime();
+        let mut spec = spec;
+        if runtime.is_some() {
+            crate::spec::set_userns_mappings(&mut spec, config)?;
+        }
         write_spec(&paths.pause_bundle, &spec)?;
         let pause = shim
             .create_container(crius_api::shim::CreateContainer {
@@ -318,7 +323,7 @@ impl Daemon {
                 stdin_once: false,
                 tty: false,
                 log_path: None,
-                runtime: self.handlers().get(&record.runtime_handler)?.oci_runtime(),
+                runtime,
             })
             .await?;
         cgroups::attach(&record.cgroup, &id, pause).await?;

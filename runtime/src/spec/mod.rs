@@ -290,6 +290,22 @@ fn container_security(config: &ContainerConfig) -> Option<&LinuxContainerSecurit
     config.linux.as_ref()?.security_context.as_ref()
 }
 
+/// Sets the pod's user namespace mappings on `spec`, which joins that namespace by path. crius's
+/// own path needs none there (the namespace has them); runc refuses a user namespace without
+/// mappings in the spec even when it joins one, so an OCI runtime handler's specs carry them.
+pub fn set_userns_mappings(spec: &mut Spec, config: &PodSandboxConfig) -> Result<()> {
+    let ns = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref());
+    if let (Some((uids, gids)), Some(linux)) = (userns(ns)?, spec.linux_mut()) {
+        linux.set_uid_mappings(Some(uids));
+        linux.set_gid_mappings(Some(gids));
+    }
+    Ok(())
+}
+
 /// The id mappings of the pod's user namespace, `None` when the pod uses the node's. A pod
 /// with its own asks for its own network, PID and IPC namespaces too.
 pub fn pod_id_maps(config: &PodSandboxConfig) -> Result<Option<crate::userns::IdMaps>> {

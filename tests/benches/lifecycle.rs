@@ -36,7 +36,7 @@
 //! process whose RSS is reported with the pods running.
 //!
 //! `--serve --hosts-dir DIR` only pushes the images, writes the mirror and keeps the registry up
-//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image; `--crius-log FILE` keeps crius's log (info level) there.
+//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image; `--runtime-handler NAME` runs every pod under that RuntimeClass handler; `--crius-log FILE` keeps crius's log (info level) there.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -78,6 +78,7 @@ struct Args {
     big_pull: bool,
     crius_log: Option<PathBuf>,
     serve: bool,
+    handler: String,
 }
 
 fn parse_args() -> Result<Args> {
@@ -91,6 +92,7 @@ fn parse_args() -> Result<Args> {
         big_pull: true,
         crius_log: None,
         serve: false,
+        handler: String::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -111,6 +113,7 @@ fn parse_args() -> Result<Args> {
             "--no-big-pull" => args.big_pull = false,
             "--crius-log" => args.crius_log = Some(PathBuf::from(value()?)),
             "--serve" => args.serve = true,
+            "--runtime-handler" => args.handler = value()?,
             // cargo bench passes --bench to every harness = false target.
             "--bench" => {}
             other => return Err(format!("unknown argument {other}").into()),
@@ -215,6 +218,7 @@ async fn run(args: &Args) -> Result<()> {
     };
 
     let mut bench = Bench {
+        handler: args.handler.clone(),
         rt: RuntimeServiceClient::new(channel.clone()),
         images: image_service_client::ImageServiceClient::new(channel),
         logs,
@@ -563,6 +567,8 @@ fn with_userns(config: &mut PodSandboxConfig) {
 
 struct Bench {
     rt: RuntimeServiceClient<Channel>,
+    /// The RuntimeClass handler every pod names (`--runtime-handler`; empty: the default).
+    handler: String,
     images: image_service_client::ImageServiceClient<Channel>,
     logs: PathBuf,
     busybox: String,
@@ -621,7 +627,7 @@ impl Bench {
         }
     }
 
-    /// Whether the runtime's default handler advertises user namespaces.
+    /// Whether the handler the bench uses advertises user namespaces.
     async fn advertises_userns(&mut self) -> Result<bool> {
         let status = self
             .rt
@@ -632,7 +638,7 @@ impl Bench {
         Ok(status
             .runtime_handlers
             .iter()
-            .any(|h| h.name.is_empty() && h.features.is_some_and(|f| f.user_namespaces)))
+            .any(|h| h.name == self.handler && h.features.is_some_and(|f| f.user_namespaces)))
     }
 
     async fn run_pod(&mut self, config: &PodSandboxConfig) -> Result<String> {
@@ -640,7 +646,7 @@ impl Bench {
             .rt
             .run_pod_sandbox(RunPodSandboxRequest {
                 config: Some(config.clone()),
-                runtime_handler: String::new(),
+                runtime_handler: self.handler.clone(),
             })
             .await
             .map_err(|s| format!("RunPodSandbox: {s}"))?;

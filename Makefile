@@ -95,10 +95,13 @@ lint: check-rust cargo-deny
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
+	$(CARGO) fetch --locked
 	$(CARGO) deny --offline check licenses bans sources
 
 # deny.toml's licenses, duplicate versions and sources. The advisories check needs the RustSec
-# database from the network: run `cargo deny check advisories` where there is one.
+# database from the network: run `cargo deny check advisories` where there is one. cargo-deny
+# reads the metadata of every platform's crates, which a build on this one never downloads:
+# `cargo fetch` gets them first (from the registry, like the build's own).
 cargo-deny: check-rust
 	@$(CARGO) deny --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deny
 

@@ -131,6 +131,7 @@ impl ContentStore {
         size: u64,
         body: Incoming,
         no_progress: Duration,
+        meter: &crate::progress::Meter,
     ) -> Result<u64> {
         let tmp = TempPath::new(self.ingest_path(digest));
         let mut file = File::create(tmp.path()).map_err(Error::io("create", tmp.path()))?;
@@ -162,6 +163,7 @@ impl ContentStore {
                 continue;
             };
             written += data.len() as u64;
+            meter.add(data.len() as u64);
             if written > size {
                 return Err(Error::Verification {
                     expected: digest.clone(),

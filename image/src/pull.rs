@@ -14,6 +14,7 @@ use crate::digest::{chain_ids, Digest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hosts::{resolve_hosts, RegistryHost};
 use crate::manifest::{self, Descriptor, ImageConfig, Index, Manifest, ManifestKind};
+use crate::progress::{Meter, Tracker};
 use crate::records::{user_of, ImageRecord};
 use crate::reference::Reference;
 use crate::registry::{read_limited, Auth, Session};
@@ -77,13 +78,22 @@ impl Window {
     }
 }
 
-#[derive(Default)]
 struct Stats {
     fetch: Mutex<Window>,
     unpack: Mutex<Window>,
+    /// How far the pull has come, for [`ImageStore::pulls_in_progress`].
+    progress: Arc<Tracker>,
 }
 
 impl Stats {
+    fn new(progress: Arc<Tracker>) -> Stats {
+        Stats {
+            fetch: Mutex::default(),
+            unpack: Mutex::default(),
+            progress,
+        }
+    }
+
     fn fetched(&self, start: Instant, bytes: u64) {
         if let Ok(mut w) = self.fetch.lock() {
             w.add(start, Instant::now(), bytes);
@@ -120,11 +130,19 @@ impl ImageStore {
             .pulls
             .run(&key, move || async move {
                 let started = Instant::now();
+                let progress = inner.progress.begin(reference.to_string());
                 let hold = inner.hold_gate(true).await;
                 let result = inner
                     .clone()
-                    .pull(&reference, &auth, options, started)
+                    .pull(
+                        &reference,
+                        &auth,
+                        options,
+                        started,
+                        progress.tracker.clone(),
+                    )
                     .await;
+                drop(progress);
                 // A failed pull frees what it fetched and nothing else names. A layer another
                 // pull in progress shares is safe: the collection is put off until no pull
                 // holds the gate, and by then that pull's record names the layer.
@@ -146,19 +164,18 @@ impl Inner {
         auth: &Auth,
         options: PullOptions,
         started: Instant,
+        progress: Arc<Tracker>,
     ) -> Result<PullOutcome> {
         let what = reference.to_string();
-        let hosts = resolve_hosts(
-            self.config.registry_config_dir.as_deref(),
-            reference.domain(),
-        )?;
+        let settings = self.registry_settings();
+        let hosts = resolve_hosts(settings.config_dir.as_deref(), reference.domain())?;
         let session = Arc::new(Session::new(
             self.clients.clone(),
             hosts,
             reference.domain(),
             reference.path(),
             auth,
-            self.config.no_progress_timeout,
+            settings.no_progress_timeout,
         ));
         let by_digest = reference.digest().is_some();
         let resolvers: Vec<RegistryHost> = session
@@ -248,7 +265,9 @@ impl Inner {
             }
         }
 
-        let stats = Arc::new(Stats::default());
+        progress
+            .set_total(manifest.config.size + manifest.layers.iter().map(|l| l.size).sum::<u64>());
+        let stats = Arc::new(Stats::new(progress));
         self.fetch_blob(&session, &manifest.config, &stats).await?;
         let config_bytes = self.content.read(&manifest.config.digest)?;
         let config: ImageConfig =
@@ -468,22 +487,35 @@ impl Inner {
         stats: &Arc<Stats>,
     ) -> Result<()> {
         if self.content.has(&desc.digest, Some(desc.size)) {
+            stats.progress.add_done(desc.size);
             return Ok(());
         }
         let this = self.clone();
         let session = session.clone();
+        let size = desc.size;
         let desc = desc.clone();
         let stats = stats.clone();
         let key = desc.digest.to_string();
+        // Counts the bytes as they arrive when this pull's run downloads the blob; when it
+        // joins another pull's download, the blob counts once it is there.
+        let meter = Arc::new(Meter::new(stats.progress.clone()));
+        let counting = meter.clone();
         self.blob_work
             .run(&key, move || async move {
-                this.download(&session, &desc, &stats).await
+                this.download(&session, &desc, &stats, &counting).await
             })
             .await?;
+        meter.finish(size);
         Ok(())
     }
 
-    async fn download(&self, session: &Session, desc: &Descriptor, stats: &Stats) -> Result<u64> {
+    async fn download(
+        &self,
+        session: &Session,
+        desc: &Descriptor,
+        stats: &Stats,
+        meter: &Meter,
+    ) -> Result<u64> {
         let _slot = self
             .download_slots
             .acquire()
@@ -508,6 +540,7 @@ impl Inner {
                         desc.size,
                         resp.into_body(),
                         session.timeout,
+                        meter,
                     )
                     .await
             }
@@ -518,6 +551,7 @@ impl Inner {
                     return Ok(n);
                 }
                 Err(e) => {
+                    meter.undo();
                     tracing::warn!(host = %host, "{label}: {e}");
                     last = Some(e);
                 }

@@ -60,6 +60,26 @@ impl Default for StoreConfig {
     }
 }
 
+/// The registry settings of a store that may change while it is open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistrySettings {
+    /// containerd-style `hosts.toml` directory.
+    pub config_dir: Option<PathBuf>,
+    /// Blobs downloaded at once, across all pulls.
+    pub max_concurrent_downloads: usize,
+    /// A download (or a registry response) that makes no progress for this long is cancelled.
+    pub no_progress_timeout: Duration,
+}
+
+impl Inner {
+    pub(crate) fn registry_settings(&self) -> RegistrySettings {
+        self.registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
 /// Bytes and inodes used by the image store, for CRI's ImageFsInfo.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FsUsage {
@@ -92,9 +112,13 @@ pub(crate) struct Inner {
     pub(crate) leases: RwLock<HashMap<String, Vec<Digest>>>,
     pub(crate) clients: Arc<Clients>,
     pub(crate) pulls: Singleflight<crate::pull::PullOutcome>,
+    /// The pull runs under way and how far each has come.
+    pub(crate) progress: Arc<crate::progress::Pulls>,
+    /// The registry settings that may change while crius runs (SIGHUP).
+    pub(crate) registry: RwLock<RegistrySettings>,
     pub(crate) blob_work: Singleflight<u64>,
     pub(crate) snapshot_work: Singleflight<crate::unpack::UnpackStats>,
-    pub(crate) download_slots: Semaphore,
+    pub(crate) download_slots: Arc<Semaphore>,
     pub(crate) unpack_slots: Arc<Semaphore>,
     /// Pulls (and the unpacks they started) hold it shared through a [`GateHold`]; garbage
     /// collection takes it exclusively, never waiting, so it never removes what a pull in
@@ -138,8 +162,13 @@ impl ImageStore {
             .map(|(_, r)| (r.id.clone(), r))
             .collect();
         let leases: HashMap<String, Vec<Digest>> = leases_dir.load_all()?.into_iter().collect();
+        let registry = RegistrySettings {
+            config_dir: config.registry_config_dir.clone(),
+            max_concurrent_downloads: config.max_concurrent_downloads.max(1),
+            no_progress_timeout: config.no_progress_timeout,
+        };
         let inner = Inner {
-            download_slots: Semaphore::new(config.max_concurrent_downloads.max(1)),
+            download_slots: Arc::new(Semaphore::new(config.max_concurrent_downloads.max(1))),
             unpack_slots: Arc::new(Semaphore::new(config.max_concurrent_unpacks.max(1))),
             config,
             content,
@@ -150,6 +179,8 @@ impl ImageStore {
             leases: RwLock::new(leases),
             clients: Arc::new(Clients::default()),
             pulls: Singleflight::default(),
+            progress: Arc::default(),
+            registry: RwLock::new(registry),
             blob_work: Singleflight::default(),
             snapshot_work: Singleflight::default(),
             gc_gate: Arc::new(tokio::sync::RwLock::new(())),
@@ -162,8 +193,51 @@ impl ImageStore {
         })
     }
 
+    /// The settings the store was opened with (the registry settings in force are
+    /// [`ImageStore::registry_settings`]).
     pub fn config(&self) -> &StoreConfig {
         &self.inner.config
+    }
+
+    /// The pulls under way and how far each has come.
+    pub fn pulls_in_progress(&self) -> Vec<crate::PullProgress> {
+        self.inner.progress.snapshot()
+    }
+
+    /// The registry settings in force.
+    pub fn registry_settings(&self) -> RegistrySettings {
+        self.inner.registry_settings()
+    }
+
+    /// Applies new registry settings to the pulls that start from now on; pulls under way
+    /// finish with the settings they started with. A lower download limit takes effect as
+    /// downloads under way end.
+    pub fn set_registry_settings(&self, new: RegistrySettings) {
+        let new = RegistrySettings {
+            max_concurrent_downloads: new.max_concurrent_downloads.max(1),
+            ..new
+        };
+        let old = {
+            let mut settings = self
+                .inner
+                .registry
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            std::mem::replace(&mut *settings, new.clone())
+        };
+        let (was, now) = (old.max_concurrent_downloads, new.max_concurrent_downloads);
+        if now > was {
+            self.inner.download_slots.add_permits(now - was);
+        } else if now < was {
+            let fewer = u32::try_from(was - now).unwrap_or(u32::MAX);
+            let slots = self.inner.download_slots.clone();
+            // Taken out of use as they come free: downloads under way are not cut short.
+            tokio::spawn(async move {
+                if let Ok(permits) = slots.acquire_many(fewer).await {
+                    permits.forget();
+                }
+            });
+        }
     }
 
     pub fn content(&self) -> &ContentStore {

@@ -1198,3 +1198,75 @@ async fn mutual_tls_registry() {
         "mutual"
     );
 }
+
+/// While a pull runs it is listed with the bytes its blobs add up to and the bytes present so
+/// far; a stalled layer counts what arrived; a pull that ends is no longer listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_under_way_reports_its_progress() {
+    let small = tar(&[file("small", "s")]);
+    let big = tar(&[file("big", "x".repeat(200_000))]);
+    let image = FakeImage::new("crius/progress", &[small, big]);
+    let sizes: Vec<u64> = image.blobs.iter().map(|(_, b)| b.len() as u64).collect();
+    let big_layer = image.blobs[2].0.clone();
+    let fake = serve(vec![image], move |digest, r| {
+        if digest == big_layer {
+            r.stall_after = Some(50_000);
+        }
+    })
+    .await;
+    let root = root();
+    let store = open(root.path(), None);
+    assert!(store.pulls_in_progress().is_empty());
+    let name = format!("{}/crius/progress:v1", fake.host());
+    let pull = tokio::spawn({
+        let store = store.clone();
+        async move { store.pull(&name, &Auth::default()).await }
+    });
+    // The config and the small layer are in; of the big one, what came before the stall.
+    let expected = sizes[0] + sizes[1] + 50_000;
+    assert_eventually(
+        || store.pulls_in_progress().first().map(|p| p.done_bytes) == Some(expected),
+        "the pull counts the bytes that arrived",
+    );
+    let now = store.pulls_in_progress();
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].total_bytes, sizes.iter().sum::<u64>());
+    assert!(now[0].image.ends_with("crius/progress:v1"), "{now:?}");
+    pull.abort();
+    assert_eventually(
+        || store.pulls_in_progress().is_empty(),
+        "a pull that ended is no longer listed",
+    );
+}
+
+/// Registry settings changed while the store is open apply to the next pull: a shorter stall
+/// timeout ends a stalled download sooner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_settings_change_for_the_next_pull() {
+    let image = FakeImage::new("crius/stalls", &[tar(&[file("f", "y".repeat(100_000))])]);
+    let layer = image.blobs[1].0.clone();
+    let fake = serve(vec![image], move |digest, r| {
+        if digest == layer {
+            r.stall_after = Some(1000);
+        }
+    })
+    .await;
+    let root = root();
+    let store = open(root.path(), None);
+    let mut settings = store.registry_settings();
+    assert_eq!(settings.no_progress_timeout, Duration::from_secs(10));
+    settings.no_progress_timeout = Duration::from_secs(1);
+    settings.max_concurrent_downloads = 1;
+    store.set_registry_settings(settings.clone());
+    assert_eq!(store.registry_settings(), settings);
+    let started = std::time::Instant::now();
+    let err = store
+        .pull(
+            &format!("{}/crius/stalls:v1", fake.host()),
+            &Auth::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DeadlineExceeded, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{err}");
+}

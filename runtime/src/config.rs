@@ -132,6 +132,22 @@ max_pending_per_peer = 32
 # An exec, attach or port-forward session with no traffic either way for this long is closed
 # (kubelet's --streaming-connection-idle-timeout is 4 hours too).
 idle_timeout_secs = 14400
+# Serve the stream URLs over TLS (https://) with this PEM certificate chain...
+tls_cert_file = ""
+# ...and this PEM private key (both or neither; read at start).
+tls_key_file = ""
+# Serve over TLS with a self-signed certificate made at start when no files are given
+# (containerd's enable_tls_streaming). Clients must skip verification, as crictl and kubelet's
+# stream proxy do.
+enable_tls = false
+
+[metrics]
+# Where Prometheus scrapes crius's metrics (http://<address>/metrics), e.g. "127.0.0.1:1338".
+# Empty: no metrics endpoint. SIGHUP applies a change.
+address = ""
+# The first part of every metric name. "containerd" gives the names of containerd's CRI
+# metrics (containerd_cri_sandbox_runtime_create_seconds, ...), so existing dashboards work.
+namespace = "crius"
 "#;
 
 /// The effective configuration of a running crius.
@@ -151,6 +167,7 @@ pub struct Config {
     pub cgroup: CgroupConfig,
     pub runtime: RuntimeConfig,
     pub stream: StreamConfig,
+    pub metrics: MetricsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,6 +321,32 @@ pub struct StreamConfig {
     pub max_pending_connections: usize,
     pub max_pending_per_peer: usize,
     pub idle_timeout_secs: u64,
+    pub tls_cert_file: PathBuf,
+    pub tls_key_file: PathBuf,
+    pub enable_tls: bool,
+}
+
+impl StreamConfig {
+    /// Whether the stream URLs are https.
+    pub fn tls(&self) -> bool {
+        self.enable_tls || !self.tls_cert_file.as_os_str().is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub address: String,
+    pub namespace: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            address: String::new(),
+            namespace: "crius".to_string(),
+        }
+    }
 }
 
 impl Default for Config {
@@ -320,6 +363,7 @@ impl Default for Config {
             cgroup: CgroupConfig::default(),
             runtime: RuntimeConfig::default(),
             stream: StreamConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -363,6 +407,9 @@ impl Default for StreamConfig {
             max_pending_connections: 128,
             max_pending_per_peer: 32,
             idle_timeout_secs: 4 * 3600,
+            tls_cert_file: PathBuf::new(),
+            tls_key_file: PathBuf::new(),
+            enable_tls: false,
         }
     }
 }
@@ -522,6 +569,41 @@ impl Config {
             return Err(invalid(
                 "stream.address",
                 format!("not an IP address: {:?}", self.stream.address),
+            ));
+        }
+        let (cert, key) = (&self.stream.tls_cert_file, &self.stream.tls_key_file);
+        if cert.as_os_str().is_empty() != key.as_os_str().is_empty() {
+            return Err(invalid(
+                "stream.tls_cert_file",
+                "tls_cert_file and tls_key_file go together: give both or neither".to_string(),
+            ));
+        }
+        if !self.metrics.address.is_empty()
+            && self
+                .metrics
+                .address
+                .parse::<std::net::SocketAddr>()
+                .is_err()
+        {
+            return Err(invalid(
+                "metrics.address",
+                format!(
+                    "not an IP address and port such as \"127.0.0.1:1338\": {:?}",
+                    crate::util::excerpt(&self.metrics.address)
+                ),
+            ));
+        }
+        let ns = &self.metrics.namespace;
+        let ns_ok = ns.len() <= 64
+            && ns.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+            && ns.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !ns_ok {
+            return Err(invalid(
+                "metrics.namespace",
+                format!(
+                    "1-64 of [a-zA-Z0-9_], starting with a letter: {:?}",
+                    crate::util::excerpt(ns)
+                ),
             ));
         }
         Ok(())
@@ -731,6 +813,21 @@ mod tests {
                 assert!(lines[i - 1].starts_with('#'), "no comment above {l:?}");
             }
         }
+    }
+
+    #[test]
+    fn tls_files_go_together_and_metrics_need_an_address_and_a_name() {
+        let check = |text: &str| parse(text).and_then(|c| c.validate(Path::new("x")));
+        let err = check("[stream]\ntls_cert_file = \"/a.pem\"\n").unwrap_err();
+        assert!(err.to_string().contains("stream.tls_cert_file"), "{err}");
+        check("[stream]\ntls_cert_file = \"/a.pem\"\ntls_key_file = \"/k.pem\"\n").unwrap();
+        let err = check("[metrics]\naddress = \"localhost\"\n").unwrap_err();
+        assert!(err.to_string().contains("metrics.address"), "{err}");
+        check("[metrics]\naddress = \"[::1]:1338\"\n").unwrap();
+        let err = check("[metrics]\nnamespace = \"9lives\"\n").unwrap_err();
+        assert!(err.to_string().contains("metrics.namespace"), "{err}");
+        let tls = parse("[stream]\nenable_tls = true\n").unwrap();
+        assert!(tls.stream.tls() && !Config::default().stream.tls());
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct Daemon {
     pub(crate) cpu_rates: crate::cpu_rates::CpuRates,
     /// Lifecycle events for GetContainerEvents subscribers.
     pub(crate) events: crate::events::Events,
+    /// The Prometheus endpoint (`[metrics] address`).
+    pub(crate) metrics_endpoint: crate::telemetry::server::Endpoint,
 }
 
 impl Daemon {
@@ -59,6 +61,16 @@ impl Daemon {
     pub fn handlers(&self) -> &crate::handlers::Handlers {
         self.handlers
             .get_or_init(|| crate::handlers::Handlers::probe(&self.config.runtime, false, false))
+    }
+
+    /// The handler a pod that asked for `name` runs under, as metrics label it (the default
+    /// handler's name for "").
+    pub fn handler_label(&self, name: &str) -> String {
+        if name.is_empty() {
+            self.config.runtime.default_handler.clone()
+        } else {
+            name.to_string()
+        }
     }
 
     /// Whether user-namespaced pods work on this node (false until probed at start).
@@ -136,6 +148,7 @@ impl Daemon {
             cpu_rates: Default::default(),
             handlers: std::sync::OnceLock::new(),
             events: crate::events::Events::default(),
+            metrics_endpoint: Default::default(),
         }))
     }
 
@@ -170,6 +183,9 @@ impl Daemon {
             .start(&self.config.stream)
             .await
             .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
+        self.metrics_endpoint
+            .apply(&self.config.metrics, Arc::downgrade(self))
+            .await?;
         // Blobs and snapshots a killed crius left unreferenced (a pull cut short, an image
         // removed mid-way) are freed in the background; serving does not wait for it.
         let images = self.images.clone();
@@ -179,6 +195,47 @@ impl Daemon {
             }
         });
         Ok(())
+    }
+
+    /// Applies what a re-read configuration changes that can change while crius runs: the
+    /// metrics endpoint and the registry settings. Returns the keys applied (the caller names
+    /// the rest as waiting for a restart).
+    pub async fn apply_live(self: &Arc<Self>, new: &Config) -> Vec<&'static str> {
+        let mut applied = Vec::new();
+        let metrics_was = self
+            .metrics_endpoint
+            .bound()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        match self
+            .metrics_endpoint
+            .apply(&new.metrics, Arc::downgrade(self))
+            .await
+        {
+            Ok(bound) => {
+                let now = bound.map(|a| a.to_string()).unwrap_or_default();
+                if now != metrics_was {
+                    tracing::info!(from = %metrics_was, to = %now, "SIGHUP: metrics endpoint moved");
+                }
+                applied.extend(["metrics.address", "metrics.namespace"]);
+            }
+            Err(e) => tracing::warn!("SIGHUP: metrics endpoint unchanged: {e:#}"),
+        }
+        let registry = crius_image::RegistrySettings {
+            config_dir: Some(new.registry.config_path.clone()),
+            max_concurrent_downloads: new.registry.max_concurrent_downloads,
+            no_progress_timeout: Duration::from_secs(new.registry.stall_timeout_secs),
+        };
+        if registry != self.images.registry_settings() {
+            tracing::info!(?registry, "SIGHUP: registry settings changed for new pulls");
+            self.images.set_registry_settings(registry);
+        }
+        applied.extend([
+            "registry.config_path",
+            "registry.max_concurrent_downloads",
+            "registry.stall_timeout_secs",
+        ]);
+        applied
     }
 
     /// Whether pods can get a network: `Ok` when a usable CNI configuration is present, else

@@ -223,7 +223,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let in_force = config.clone();
         let daemon = Daemon::open(config)?;
         daemon.start().await?;
-        crius::logging::reload_on_hangup(hangup, log, in_force, move || load_config(&cli));
+        crius::reload::on_hangup(hangup, log, daemon.clone(), in_force, move || {
+            load_config(&cli)
+        });
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             root = %daemon.config().root.display(),

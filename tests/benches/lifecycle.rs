@@ -36,7 +36,8 @@
 //! process whose RSS is reported with the pods running.
 //!
 //! `--serve --hosts-dir DIR` only pushes the images, writes the mirror and keeps the registry up
-//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image; `--runtime-handler NAME` runs every pod under that RuntimeClass handler; `--crius-log FILE` keeps crius's log (info level) there.
+//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image; `--runtime-handler NAME` runs every pod under that RuntimeClass handler; `--crius-log FILE` keeps crius's log (info level) there; `--metrics ADDRESS` turns crius's metrics endpoint on
+//! (`[metrics] address`) and scrapes it once with the pods running (its size and time).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -77,6 +78,8 @@ struct Args {
     daemon_pid: Option<u32>,
     big_pull: bool,
     crius_log: Option<PathBuf>,
+    /// crius's `[metrics] address`.
+    metrics: Option<String>,
     serve: bool,
     handler: String,
 }
@@ -91,6 +94,7 @@ fn parse_args() -> Result<Args> {
         daemon_pid: None,
         big_pull: true,
         crius_log: None,
+        metrics: None,
         serve: false,
         handler: String::new(),
     };
@@ -114,6 +118,7 @@ fn parse_args() -> Result<Args> {
             "--crius-log" => args.crius_log = Some(PathBuf::from(value()?)),
             "--serve" => args.serve = true,
             "--runtime-handler" => args.handler = value()?,
+            "--metrics" => args.metrics = Some(value()?),
             // cargo bench passes --bench to every harness = false target.
             "--bench" => {}
             other => return Err(format!("unknown argument {other}").into()),
@@ -190,7 +195,7 @@ async fn run(args: &Args) -> Result<()> {
     let mut daemon = None;
     let (channel, daemon_pid, names) = match &args.endpoint {
         None => {
-            let d = Daemon::start(&work, args.crius_log.as_deref())?;
+            let d = Daemon::start(&work, args.crius_log.as_deref(), args.metrics.as_deref())?;
             let channel = d.connect().await?;
             let pid = d.pid();
             daemon = Some(d);
@@ -435,6 +440,19 @@ async fn measure(
     tokio::time::sleep(Duration::from_millis(500)).await;
     if let Some(pid) = daemon_pid {
         report.daemon_loaded = Some(Memory::of(pid)?);
+    }
+    if let Some(address) = &args.metrics {
+        let t = Instant::now();
+        let bytes = scrape(address)?;
+        println!(
+            "metrics scrape with {} pods: {} bytes in {:.2} ms",
+            args.pods,
+            bytes,
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        if let Some(pid) = daemon_pid {
+            report.daemon_loaded = Some(Memory::of(pid)?);
+        }
     }
     for pod in &pods {
         if let Some(pid) = find_shim(pod) {
@@ -832,6 +850,20 @@ fn find_shim(pod: &str) -> Option<u32> {
     None
 }
 
+/// One `GET /metrics` on `address`: the bytes of the answer.
+fn scrape(address: &str) -> Result<usize> {
+    use std::io::Read as _;
+    let mut tcp = std::net::TcpStream::connect(address)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(tcp, "GET /metrics HTTP/1.0\r\n\r\n")?;
+    let mut raw = Vec::new();
+    tcp.read_to_end(&mut raw)?;
+    if !raw.starts_with(b"HTTP/1.0 200") {
+        return Err(format!("scrape {address}: {}", String::from_utf8_lossy(&raw)).into());
+    }
+    Ok(raw.len())
+}
+
 /// crius on `<work>/crius`, with its own CNI config and registry hosts dir, logging at info.
 struct Daemon {
     child: Child,
@@ -839,7 +871,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(work: &TestDir, log: Option<&Path>) -> Result<Daemon> {
+    fn start(work: &TestDir, log: Option<&Path>, metrics: Option<&str>) -> Result<Daemon> {
         let bin = crius_tests::binary("crius")?;
         // The shim the bench measures is the one the daemon starts, so A/B runs of two shim
         // builds work; made absolute, as the daemon resolves it itself.
@@ -862,10 +894,13 @@ impl Daemon {
             format!(
                 "log_level = \"info\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
                  [cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{CNI_BIN}\"]\n\n\
-                 [runtime]\nshim_path = \"{}\"\n",
+                 [runtime]\nshim_path = \"{}\"\n{}",
                 hosts.display(),
                 conf_dir.display(),
-                shim.display()
+                shim.display(),
+                metrics.map_or(String::new(), |a| format!(
+                    "\n[metrics]\naddress = \"{a}\"\n"
+                ))
             ),
         )?;
         let socket = dir.join("crius.sock");

@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 #[allow(dead_code)]
@@ -53,9 +55,15 @@ pub struct Received {
     pub reset: bool,
 }
 
+/// A connection to the streaming server: plain TCP, or TLS for an `https://` URL.
+pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
+
 /// One SPDY session as a client.
 pub struct Client {
-    tcp: TcpStream,
+    tcp: Box<dyn Conn>,
+    /// The certificate the server presented (DER), for an `https://` URL.
+    pub peer_certificate: Option<Vec<u8>>,
     encoder: Encoder,
     decoder: Decoder,
     buf: Vec<u8>,
@@ -67,21 +75,31 @@ pub struct Client {
     pub closed: bool,
 }
 
-/// Connect to `url` (`http://host:port/path`), send the upgrade request `request(host, path)`
-/// makes and read the response head: (connection, head, the bytes after the head).
-async fn upgrade(
-    url: &str,
-    request: impl FnOnce(&str, &str) -> String,
-) -> Result<(TcpStream, String, Vec<u8>)> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
+/// What [`upgrade`] answers: the connection, the response head, the bytes after it, and the
+/// server's certificate over TLS.
+type Upgraded = (Box<dyn Conn>, String, Vec<u8>, Option<Vec<u8>>);
+
+/// Connect to `url` (`http://host:port/path`, or `https://`: TLS that accepts any certificate,
+/// as crictl and kubelet's stream proxy do, and reports it), send the upgrade request
+/// `request(host, path)` makes and read the response head.
+async fn upgrade(url: &str, request: impl FnOnce(&str, &str) -> String) -> Result<Upgraded> {
+    let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (None, Some(rest)) => (true, rest),
+        (None, None) => return Err(StreamClientError::Url(url.to_owned())),
+    };
     let (host, path) = rest
         .split_once('/')
         .ok_or_else(|| StreamClientError::Url(url.to_owned()))?;
-    let mut tcp = TcpStream::connect(host)
+    let plain = TcpStream::connect(host)
         .await
         .map_err(io(format!("connect to {host}")))?;
+    let (mut tcp, peer_certificate): (Box<dyn Conn>, _) = if tls {
+        let (conn, cert) = tls_connect(plain).await?;
+        (Box::new(conn), Some(cert))
+    } else {
+        (Box::new(plain), None)
+    };
     tcp.write_all(request(host, path).as_bytes())
         .await
         .map_err(io("send the upgrade request"))?;
@@ -104,13 +122,81 @@ async fn upgrade(
     };
     let head = String::from_utf8_lossy(&buf[..end]).into_owned();
     buf.drain(..end);
-    Ok((tcp, head, buf))
+    Ok((tcp, head, buf, peer_certificate))
+}
+
+/// A TLS client handshake on `tcp` accepting any certificate; answers the certificate.
+async fn tls_connect(
+    tcp: TcpStream,
+) -> Result<(tokio_rustls::client::TlsStream<TcpStream>, Vec<u8>)> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StreamClientError::Refused(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost")
+        .map_err(|e| StreamClientError::Refused(e.to_string()))?;
+    let conn = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(io("TLS handshake"))?;
+    let cert = conn
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default();
+    Ok((conn, cert))
+}
+
+/// The test client's certificate check: none (the tests compare the certificate themselves).
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// Append what `tcp` has to `buf`, waiting until `deadline` at the latest (then the error
 /// names `what` and its `limit`); 0 once the peer closed.
 async fn read_some(
-    tcp: &mut TcpStream,
+    tcp: &mut Box<dyn Conn>,
     buf: &mut Vec<u8>,
     deadline: Instant,
     limit: Duration,
@@ -135,9 +221,10 @@ fn header(head: &str, name: &str) -> Option<String> {
 }
 
 impl Client {
-    /// Upgrade a request on `url` (`http://host:port/path`) to SPDY, offering `protocols`.
+    /// Upgrade a request on `url` (`http://host:port/path` or `https://`) to SPDY, offering
+    /// `protocols`.
     pub async fn connect(url: &str, protocols: &[&str]) -> Result<Client> {
-        let (tcp, head, buf) = upgrade(url, |host, path| {
+        let (tcp, head, buf, peer_certificate) = upgrade(url, |host, path| {
             let mut request = format!(
                 "POST /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n"
             );
@@ -154,6 +241,7 @@ impl Client {
         let protocol = header(&head, "x-stream-protocol-version").unwrap_or_default();
         Ok(Client {
             tcp,
+            peer_certificate,
             encoder: Encoder::new(),
             decoder: Decoder::new(),
             buf,
@@ -337,7 +425,7 @@ pub fn exit_code_of(status: &str) -> Option<i32> {
 /// A WebSocket client of the channel protocols (`v5.channel.k8s.io` and older): every binary
 /// message is a channel byte and that channel's data.
 pub struct WsClient {
-    tcp: TcpStream,
+    tcp: Box<dyn Conn>,
     buf: Vec<u8>,
     /// The subprotocol the server chose.
     pub protocol: String,
@@ -352,7 +440,7 @@ pub struct WsClient {
 impl WsClient {
     /// Upgrade a GET on `url` to WebSocket, offering `protocols` as subprotocols.
     pub async fn connect(url: &str, protocols: &[&str]) -> Result<WsClient> {
-        let (tcp, head, buf) = upgrade(url, |host, path| {
+        let (tcp, head, buf, _) = upgrade(url, |host, path| {
             format!(
                 "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
                  Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: Y3JpdXMtdGVzdC1rZXktMQ==\r\n\

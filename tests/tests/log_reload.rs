@@ -1,6 +1,7 @@
-//! crius's own log: SIGHUP changes the level from the config file without a restart (and names
-//! the changes that wait for one), and `log_format = "json"` writes one JSON object per line.
-//! A real crius started with only `--config` (the fixture's `--log-level` flag would win).
+//! crius's own log and configuration reload: SIGHUP changes the level from the config file
+//! without a restart (and names the changes that wait for one), moves, stops and starts the
+//! metrics endpoint and applies registry settings; `log_format = "json"` writes one JSON object
+//! per line. A real crius started with only `--config` (the fixture's `--log-level` flag would win).
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -149,4 +150,79 @@ async fn json_log_lines() {
     assert!(lines
         .iter()
         .any(|l| l["span"]["method"] == "RemovePodSandbox" && l["fields"]["message"] == "ok"));
+}
+
+/// `GET /metrics` on 127.0.0.1:`port`: whether it answered 200.
+fn scrapes(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut tcp) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(tcp, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    let _ = tcp.read_to_string(&mut raw);
+    raw.starts_with("HTTP/1.0 200") && raw.contains("crius_pods")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_moves_stops_and_starts_the_metrics_endpoint() {
+    let (a, b) = (free_port(), free_port());
+    let metrics = |port: Option<u16>| {
+        let address = port.map(|p| format!("127.0.0.1:{p}")).unwrap_or_default();
+        format!("[metrics]\naddress = \"{address}\"\n[registry]\nmax_concurrent_downloads = 5\n")
+    };
+    let daemon = Daemon::start("metrics-reload", &metrics(Some(a))).await;
+    // The socket is bound before crius has finished starting.
+    wait_scrapes(&daemon, a).await;
+    let rewrite = |text: String| {
+        std::fs::write(
+            daemon.dir.join("config.toml"),
+            Daemon::config(daemon.dir.path(), &text),
+        )
+        .unwrap()
+    };
+
+    // moved, and the registry change applies to new pulls: nothing waits for a restart
+    rewrite(metrics(Some(b)).replace("= 5", "= 2"));
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    daemon.wait_log("SIGHUP: metrics endpoint moved").await;
+    daemon.wait_log("SIGHUP: configuration re-read").await;
+    assert!(scrapes(b), "{}", daemon.log());
+    assert!(!scrapes(a));
+    assert!(
+        daemon.log().contains("registry settings changed"),
+        "{}",
+        daemon.log()
+    );
+    assert!(
+        !daemon.log().contains("take effect at the next start"),
+        "{}",
+        daemon.log()
+    );
+
+    // off, then on again
+    rewrite(metrics(None).replace("= 5", "= 2"));
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    daemon.wait_log("metrics endpoint stopped").await;
+    assert!(!scrapes(b));
+    rewrite(metrics(Some(a)).replace("= 5", "= 2"));
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_scrapes(&daemon, a).await;
+}
+
+async fn wait_scrapes(daemon: &Daemon, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !scrapes(port) {
+        assert!(Instant::now() < deadline, "{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -107,6 +107,9 @@ impl Daemon {
                 return;
             }
             ended_in = Some(r.sandbox_id.clone());
+            if exit.oom_killed {
+                crate::telemetry::metrics().oom_kills.inc();
+            }
             r.state = ContainerState::Exited;
             r.finished_at = exit.finished_at_unix_nano;
             r.exit_code = exit.exit_code;

@@ -275,10 +275,13 @@ impl Daemon {
             // attachment from the id, so a crash before the final write leaks nothing, and a
             // pod start pays two database syncs instead of four.
             record.netns = Some(netns.clone());
-            let result = self
-                .network
-                .setup(&pod_network(&record, config, &netns)?)
-                .await?;
+            let network = pod_network(&record, config, &netns)?;
+            let timer = crate::telemetry::Timer::start();
+            let result = self.network.setup(&network).await;
+            let metrics = crate::telemetry::metrics();
+            metrics.network_operation("set_up_pod", result.is_ok(), timer.elapsed());
+            let result = result?;
+            timer.observe(&metrics.sandbox_create_network);
             let mut ips: Vec<std::net::IpAddr> = result.pod_ips();
             ips.sort_by_key(|ip| ip.is_ipv6());
             record.ips = ips.iter().map(|ip| ip.to_string()).collect();

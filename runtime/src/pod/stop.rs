@@ -87,7 +87,14 @@ impl Daemon {
         if record.host_network {
             return Ok(());
         }
-        if let Err(e) = self.network.teardown(&record.id).await {
+        let timer = crate::telemetry::Timer::start();
+        let result = self.network.teardown(&record.id).await;
+        let metrics = crate::telemetry::metrics();
+        metrics.network_operation("tear_down_pod", result.is_ok(), timer.elapsed());
+        if result.is_ok() {
+            timer.observe(&metrics.sandbox_delete_network);
+        }
+        if let Err(e) = result {
             let msg = crate::error::chain(&e);
             self.sandboxes.update(&self.store, &record.id, |r| {
                 r.network_error = Some(msg.clone())

@@ -11,6 +11,15 @@ use super::BoxStream;
 use crate::container::{ContainerRecord, ContainerState as State};
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
+use crate::telemetry::{metrics, Timer};
+
+/// The handler label of the timers of a container (its pod's handler; empty when unknown).
+fn container_handler(d: &Daemon, id: &str) -> String {
+    d.container(id)
+        .and_then(|c| d.pod(&c.sandbox_id))
+        .map(|p| d.handler_label(&p.runtime_handler))
+        .unwrap_or_default()
+}
 
 pub async fn create(
     d: &Arc<Daemon>,
@@ -19,12 +28,18 @@ pub async fn create(
     let config = req
         .config
         .ok_or_else(|| Error::InvalidArgument("config is required".into()))?;
+    let timer = Timer::start();
     let id = d.create_container(&req.pod_sandbox_id, config).await?;
+    let handler = container_handler(d, &id);
+    timer.observe_runtime(&metrics().container_create, &handler);
     Ok(CreateContainerResponse { container_id: id })
 }
 
 pub async fn start(d: &Arc<Daemon>, req: StartContainerRequest) -> Result<StartContainerResponse> {
+    let timer = Timer::start();
     d.start_container(&req.container_id).await?;
+    let handler = container_handler(d, &req.container_id);
+    timer.observe_runtime(&metrics().container_start, &handler);
     Ok(StartContainerResponse {})
 }
 
@@ -35,7 +50,10 @@ pub async fn stop(d: &Arc<Daemon>, req: StopContainerRequest) -> Result<StopCont
             req.timeout
         )));
     }
+    let timer = Timer::start();
     d.stop_container(&req.container_id, req.timeout).await?;
+    let handler = container_handler(d, &req.container_id);
+    timer.observe_runtime(&metrics().container_stop, &handler);
     Ok(StopContainerResponse {})
 }
 
@@ -43,7 +61,10 @@ pub async fn remove(
     d: &Arc<Daemon>,
     req: RemoveContainerRequest,
 ) -> Result<RemoveContainerResponse> {
+    let timer = Timer::start();
+    let handler = container_handler(d, &req.container_id);
     d.remove_container(&req.container_id).await?;
+    timer.observe_runtime(&metrics().container_remove, &handler);
     Ok(RemoveContainerResponse {})
 }
 
@@ -200,9 +221,10 @@ fn list_items(d: &Daemon, filter: Option<ContainerFilter>) -> Vec<Container> {
 }
 
 pub async fn list(d: &Arc<Daemon>, req: ListContainersRequest) -> Result<ListContainersResponse> {
-    Ok(ListContainersResponse {
-        containers: list_items(d, req.filter),
-    })
+    let timer = Timer::start();
+    let containers = list_items(d, req.filter);
+    timer.observe(&metrics().container_list);
+    Ok(ListContainersResponse { containers })
 }
 
 pub async fn stream(

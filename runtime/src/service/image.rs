@@ -83,7 +83,26 @@ pub async fn pull(d: &Arc<Daemon>, req: PullImageRequest) -> Result<PullImageRes
             registry_token: a.registry_token,
         })
         .unwrap_or_default();
-    let record = d.images.pull(&name, &auth).await?;
+    let started = std::time::Instant::now();
+    let pulled = d
+        .images
+        .pull_with(&name, &auth, crius_image::PullOptions::default())
+        .await;
+    let metrics = crate::telemetry::metrics();
+    let record = match pulled {
+        Ok((Some(record), report)) => {
+            metrics.image_pull(true, report.fetched_bytes, report.total_time);
+            record
+        }
+        Ok((None, _)) => {
+            metrics.image_pull(false, 0, started.elapsed());
+            return Err(Error::internal(format!("pull {name}"), "no image recorded"));
+        }
+        Err(e) => {
+            metrics.image_pull(false, 0, started.elapsed());
+            return Err(e.into());
+        }
+    };
     Ok(PullImageResponse {
         image_ref: record.id,
     })

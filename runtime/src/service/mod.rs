@@ -110,7 +110,13 @@ where
     };
     let result = joined.unwrap_or_else(|e| Err(Error::internal(format!("{method} handler"), e)));
     let _enter = span.enter();
-    let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+    let elapsed = start.elapsed();
+    let elapsed_ms = elapsed.as_secs_f64() * 1e3;
+    let code = match &result {
+        Ok(_) => tonic::Code::Ok,
+        Err(e) => error::to_status(e).code(),
+    };
+    crate::telemetry::metrics().rpc(method, code_name(code), elapsed);
     match result {
         Ok(resp) => {
             if is_poll(method) {
@@ -133,6 +139,30 @@ where
             }
             Err(status)
         }
+    }
+}
+
+/// A gRPC status code as Prometheus gRPC metrics name it (`grpc_code`).
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "Canceled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
     }
 }
 

@@ -11,18 +11,32 @@ use super::BoxStream;
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
 use crate::pod::{namespace_modes, SandboxRecord, SandboxState};
+use crate::telemetry::{metrics, Timer};
 use crate::util::now_nanos;
 
 pub async fn run(d: &Arc<Daemon>, req: RunPodSandboxRequest) -> Result<RunPodSandboxResponse> {
     let config = req
         .config
         .ok_or_else(|| Error::InvalidArgument("config is required".into()))?;
+    let timer = Timer::start();
+    let handler = d.handler_label(&req.runtime_handler);
     let id = d.run_pod(config, req.runtime_handler).await?;
+    timer.observe_runtime(&metrics().sandbox_runtime_create, &handler);
     Ok(RunPodSandboxResponse { pod_sandbox_id: id })
 }
 
+/// The handler label of a pod's timers (empty when the pod is not known).
+fn pod_handler(d: &Daemon, id: &str) -> String {
+    d.pod(id)
+        .map(|p| d.handler_label(&p.runtime_handler))
+        .unwrap_or_default()
+}
+
 pub async fn stop(d: &Arc<Daemon>, req: StopPodSandboxRequest) -> Result<StopPodSandboxResponse> {
+    let timer = Timer::start();
     d.stop_pod(&req.pod_sandbox_id).await?;
+    let handler = pod_handler(d, &req.pod_sandbox_id);
+    timer.observe_runtime(&metrics().sandbox_runtime_stop, &handler);
     Ok(StopPodSandboxResponse {})
 }
 
@@ -30,7 +44,10 @@ pub async fn remove(
     d: &Arc<Daemon>,
     req: RemovePodSandboxRequest,
 ) -> Result<RemovePodSandboxResponse> {
+    let timer = Timer::start();
+    let handler = pod_handler(d, &req.pod_sandbox_id);
     d.remove_pod(&req.pod_sandbox_id).await?;
+    timer.observe_runtime(&metrics().sandbox_remove, &handler);
     Ok(RemovePodSandboxResponse {})
 }
 
@@ -152,9 +169,10 @@ fn list_items(d: &Daemon, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {
 }
 
 pub async fn list(d: &Arc<Daemon>, req: ListPodSandboxRequest) -> Result<ListPodSandboxResponse> {
-    Ok(ListPodSandboxResponse {
-        items: list_items(d, req.filter),
-    })
+    let timer = Timer::start();
+    let items = list_items(d, req.filter);
+    timer.observe(&metrics().sandbox_list);
+    Ok(ListPodSandboxResponse { items })
 }
 
 pub async fn stream(

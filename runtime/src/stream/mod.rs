@@ -1,7 +1,7 @@
 //! The streaming server for `Exec`, `Attach` and `PortForward`.
 //!
 //! Those RPCs only validate the request and answer a URL: `http://<address>:<port>/exec/<token>`
-//! (or `/attach/`, `/portforward/`). The token names the prepared request; it can be used once,
+//! (or `/attach/`, `/portforward/`; `https://` when TLS is configured, [`tls`]). The token names the prepared request; it can be used once,
 //! within [`TOKEN_TTL`]. The client (crictl, critest, or kubelet proxying kubectl's connection)
 //! then upgrades an HTTP/1.1 request on that URL to SPDY/3.1 or to WebSocket ([`websocket`])
 //! and speaks the Kubernetes stream protocols over it: [`remotecommand`] for exec and attach,
@@ -29,6 +29,7 @@ pub mod remotecommand;
 pub mod session;
 pub mod shim_io;
 pub mod spdy;
+pub mod tls;
 pub mod websocket;
 
 pub use remotecommand::Target;
@@ -62,6 +63,8 @@ pub enum StreamError {
     Refused(#[source] crius_api::shim::ShimError),
     #[error("draw a stream token")]
     Token(#[source] std::io::Error),
+    #[error("stream server TLS")]
+    Tls(#[source] tls::TlsError),
 }
 
 /// A request prepared by an RPC, waiting for its client to connect.
@@ -128,6 +131,8 @@ impl StreamServer {
             .parse()
             .map_err(|_| StreamError::Address(format!("{address}:{port}")))?;
         let addr = SocketAddr::new(ip, port);
+        let tls = tls::acceptor(config, ip).map_err(StreamError::Tls)?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| StreamError::Listen {
@@ -140,7 +145,7 @@ impl StreamServer {
                 addr: addr.to_string(),
                 source,
             })?;
-        let _ = self.base_url.set(format!("http://{bound}"));
+        let _ = self.base_url.set(format!("{scheme}://{bound}"));
         let server = Arc::clone(self);
         let mut stop = self.stop.subscribe();
         tokio::spawn(async move {
@@ -174,27 +179,25 @@ impl StreamServer {
                 };
                 let _ = tcp.set_nodelay(true);
                 let server = Arc::clone(&server);
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     // Held until the connection is upgraded (the session then owns the
                     // socket) or closed.
                     let _permit = (permit, slot);
-                    let service = hyper::service::service_fn(move |req| {
-                        let server = Arc::clone(&server);
-                        async move { Ok::<_, std::convert::Infallible>(server.handle(req)) }
-                    });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(header_timeout)
-                        .serve_connection(TokioIo::new(tcp), service)
-                        .with_upgrades();
-                    if let Err(e) = conn.await {
-                        tracing::debug!("stream server connection: {e}");
+                    let Some(tls) = tls else {
+                        return serve_connection(tcp, server, header_timeout).await;
+                    };
+                    // The handshake counts against the time allowed for the request head.
+                    match tokio::time::timeout(header_timeout, tls.accept(tcp)).await {
+                        Ok(Ok(stream)) => serve_connection(stream, server, header_timeout).await,
+                        Ok(Err(e)) => tracing::debug!("stream server: TLS handshake: {e}"),
+                        Err(_) => tracing::debug!("stream server: TLS handshake timed out"),
                     }
                 });
             }
             tracing::info!("stream server stopped");
         });
-        tracing::info!(url = %format!("http://{bound}"), "stream server listening");
+        tracing::info!(url = %format!("{scheme}://{bound}"), "stream server listening");
         Ok(bound)
     }
 
@@ -374,6 +377,25 @@ impl StreamServer {
             .get()
             .copied()
             .unwrap_or(Duration::from_secs(4 * 3600))
+    }
+}
+
+/// Serves HTTP/1.1 requests on one connection (plain or TLS) until it closes or is upgraded.
+async fn serve_connection<I>(io: I, server: Arc<StreamServer>, header_timeout: Duration)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let server = Arc::clone(&server);
+        async move { Ok::<_, std::convert::Infallible>(server.handle(req)) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        tracing::debug!("stream server connection: {e}");
     }
 }
 

@@ -215,7 +215,7 @@ impl Daemon {
             Ok(bound) => {
                 let now = bound.map(|a| a.to_string()).unwrap_or_default();
                 if now != metrics_was {
-                    tracing::info!(from = %metrics_was, to = %now, "SIGHUP: metrics endpoint moved");
+                    tracing::info!(from = %metrics_was, to = %now, "SIGHUP: metrics endpoint changed");
                 }
                 applied.extend(["metrics.address", "metrics.namespace"]);
             }

@@ -194,7 +194,7 @@ async fn sighup_moves_stops_and_starts_the_metrics_endpoint() {
     // moved, and the registry change applies to new pulls: nothing waits for a restart
     rewrite(metrics(Some(b)).replace("= 5", "= 2"));
     daemon.signal(nix::sys::signal::Signal::SIGHUP);
-    daemon.wait_log("SIGHUP: metrics endpoint moved").await;
+    daemon.wait_log("SIGHUP: metrics endpoint changed").await;
     daemon.wait_log("SIGHUP: configuration re-read").await;
     assert!(scrapes(b), "{}", daemon.log());
     assert!(!scrapes(a));

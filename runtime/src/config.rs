@@ -110,6 +110,10 @@ binary = "/usr/bin/crun"
 type = "oci"
 # Debian's runsc.
 binary = "/usr/bin/runsc"
+# The pod's network namespace through the host kernel's stack. Debian 12's runsc (20221219)
+# takes any namespace for the host's on kernels that give every namespace its own
+# net.core.rmem_default, and then refuses gVisor's own network stack.
+options = ["--network=host"]
 # A gVisor sandbox has its own kernel: host devices are no use to it.
 privileged_without_host_devices = true
 # gVisor's pod-wide settings reach every container.
@@ -272,6 +276,7 @@ impl Default for RuntimeConfig {
                     HandlerConfig {
                         privileged_without_host_devices: true,
                         pod_annotations: vec!["dev.gvisor.*".to_string()],
+                        options: vec!["--network=host".to_string()],
                         ..HandlerConfig::oci("/usr/bin/runsc")
                     },
                 ),

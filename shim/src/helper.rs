@@ -84,6 +84,9 @@ pub enum HelperOp {
     Delete,
     /// Run the OCI process in `process` (a JSON file) in the running container.
     Exec { process: PathBuf },
+    /// Wait until the container's process exits and report its exit code (OCI runtimes whose
+    /// containers share the sandbox's pid, as gVisor's do: `<rt> wait`).
+    Wait,
 }
 
 impl HelperOp {
@@ -95,6 +98,7 @@ impl HelperOp {
             Self::Kill { .. } => "kill",
             Self::Delete => "delete",
             Self::Exec { .. } => "exec",
+            Self::Wait => "wait",
         }
     }
 }
@@ -138,7 +142,7 @@ impl HelperCall {
                 args.push("--process".into());
                 args.push(process.clone().into());
             }
-            HelperOp::Start | HelperOp::Delete => {}
+            HelperOp::Start | HelperOp::Delete | HelperOp::Wait => {}
         }
         args
     }
@@ -211,6 +215,7 @@ impl HelperCall {
                 signal: signal.ok_or("kill needs --signal")?,
             },
             "delete" => HelperOp::Delete,
+            "wait" => HelperOp::Wait,
             "exec" => HelperOp::Exec {
                 process: process.ok_or("exec needs --process")?,
             },
@@ -451,6 +456,7 @@ mod tests {
         });
         round_trip(HelperOp::Start);
         round_trip(HelperOp::Kill { signal: 15 });
+        round_trip(HelperOp::Wait);
         round_trip(HelperOp::Delete);
         round_trip(HelperOp::Exec {
             process: PathBuf::from("/e/1.json"),

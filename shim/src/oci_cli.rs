@@ -10,6 +10,7 @@
 //! | kill (every process) | `... kill --all ID SIGNAL` |
 //! | delete | `... delete --force ID` (nothing to do when `R/ID` does not exist) |
 //! | exec | `... exec --process J --pid-file P --detach [--console-socket S] ID` |
+//! | wait | `... wait ID`, which prints `{"id":..,"exitStatus":N}` when the process ends |
 //!
 //! The container's stdin, stdout and stderr are the runtime's own (the runtime hands them on
 //! to the container's process), `/dev/null` where the shim gave none. The runtime's messages go
@@ -17,6 +18,9 @@
 //!
 //! The processes a create or an exec makes outlive the runtime: when it exits they are
 //! re-parented to the shim, the child subreaper, which reaps them as it reaps libcontainer's.
+//! A sandboxed runtime (gVisor) runs every container of a pod inside one sandbox process and
+//! writes that process's pid for each of them: the shim sees it share the sandbox's pid and
+//! learns of the container's exit from a `wait` helper instead.
 //!
 //! A terminal's master arrives on a console socket the helper listens on. Socket addresses
 //! hold at most 108 bytes and state paths are longer, so the runtime is given the socket's
@@ -199,13 +203,15 @@ pub fn create(
     Ok((pid, master))
 }
 
-/// `start`: the created container's process runs.
-pub fn start(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
-    Run { rt, root, id }.run(
-        "start",
-        &["start".as_ref(), id.as_ref()],
-        [None, None, None],
-    )
+/// `start`: the created container's process runs. `stdio` is the container's (gVisor gives a
+/// container that joins a sandbox the stdio of its start; runc ignores it).
+pub fn start(
+    rt: &OciCommand,
+    root: &Path,
+    id: &str,
+    stdio: [Option<OwnedFd>; 3],
+) -> Result<(), String> {
+    Run { rt, root, id }.run("start", &["start".as_ref(), id.as_ref()], stdio)
 }
 
 /// `kill --all`: `signal` to every process of the container.
@@ -234,6 +240,34 @@ pub fn delete(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
         &["delete".as_ref(), "--force".as_ref(), id.as_ref()],
         [None, None, None],
     )
+}
+
+/// `wait`: blocks until the container's process exits; returns its exit code (128 + the
+/// signal for a process a signal ended). gVisor's `runsc wait` prints
+/// `{"id":..,"exitStatus":N}`.
+pub fn wait(rt: &OciCommand, root: &Path, id: &str) -> Result<i32, String> {
+    let out_path = root.join(format!("{id}.wait.{}.out", std::process::id()));
+    let out = fs::File::create(&out_path).map_err(|e| chain("wait output file", &e))?;
+    let run = Run { rt, root, id }.run(
+        "wait",
+        &["wait".as_ref(), id.as_ref()],
+        [None, Some(OwnedFd::from(out)), None],
+    );
+    let printed = fs::read_to_string(&out_path).unwrap_or_default();
+    let _ = fs::remove_file(&out_path);
+    run?;
+    exit_status_of(&printed).ok_or_else(|| {
+        format!(
+            "{} wait: no exit status in {printed:?}",
+            rt.binary.display()
+        )
+    })
+}
+
+/// The `exitStatus` of a `wait` result.
+fn exit_status_of(printed: &str) -> Option<i32> {
+    let v: serde_json::Value = serde_json::from_str(printed.trim()).ok()?;
+    i32::try_from(v.get("exitStatus")?.as_i64()?).ok()
 }
 
 /// `exec --detach`: the process of the OCI `process` JSON in the running container; returns

@@ -340,3 +340,71 @@ async fn unknown_and_unusable_handlers_are_refused_by_name() {
         .into_inner();
     assert!(status.runtime_handlers.iter().all(|h| h.name != "ghost"));
 }
+
+/// gVisor (Debian's runsc) as the `runsc` handler: the pod's containers run in one gVisor
+/// sandbox (its kernel answers `uname -r`), in the pod's network namespace, with CRI logs,
+/// exec, exit codes (runsc gives every container the sandbox's pid, so the shim learns of an
+/// exit from `runsc wait`), stop and removal, leaving nothing behind. Network 51.
+#[tokio::test]
+async fn gvisor_pods_run_in_one_sandbox() {
+    if !Path::new("/usr/bin/runsc").exists() {
+        println!("skipped gvisor_pods_run_in_one_sandbox: /usr/bin/runsc is not installed");
+        return;
+    }
+    let mut env = Env::with_image(51).await;
+    let config = env.pod_config("pod-gvisor", false);
+    let pod = env.run_pod_with_handler(config.clone(), "runsc").await;
+    let ip = env.pod_status(&pod).await.network.unwrap().ip;
+    let busy = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("ticker", &["sh", "-c", "echo out-gvisor; exec sleep 1000"]),
+        )
+        .await;
+    let quick = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("quick", &["sh", "-c", "exit 7"]),
+        )
+        .await;
+    let s = env.wait_exited(&quick, Duration::from_secs(20)).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (7, "Error"), "{s:?}");
+
+    // One sandbox: runsc reports the same (sandbox) pid for the pause and the containers.
+    let root = env
+        .crius
+        .state()
+        .join("shims")
+        .join(&pod)
+        .join("oci")
+        .join("runsc");
+    let pid = |id: &str| runtime_state("/usr/bin/runsc", &root, id).unwrap()["pid"].clone();
+    assert_eq!(pid(&pod), pid(&busy));
+    let out = env
+        .exec(&busy, &["sh", "-c", "uname -r; ip addr"], 10)
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.starts_with("4.4.0\n"), "not gVisor's kernel: {out}");
+    assert!(out.contains(&format!("inet {ip}/")), "{ip} not in {out}");
+    let lines = env
+        .wait_log(
+            &env.log_dir("pod-gvisor").join("ticker.log"),
+            Duration::from_secs(10),
+            |l| !texts(l, "stdout").is_empty(),
+        )
+        .await;
+    assert_eq!(texts(&lines, "stdout"), ["out-gvisor"]);
+
+    env.stop(&busy, 0).await;
+    let s = env.status(&busy).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (137, "Error"), "{s:?}");
+    for id in [&busy, &quick] {
+        env.remove(id).await;
+    }
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -324,6 +324,7 @@ impl Daemon {
             shm_dir: shm,
             target_pid: self.target_pid(config)?,
             host_devices_for_privileged: handler.host_devices_for_privileged(),
+            builtin: handler.config.kind == crate::config::HandlerType::Builtin,
         })?;
         let mut spec = handler_annotations(spec, &handler, config, pod_config);
         if handler.oci_runtime().is_some() {

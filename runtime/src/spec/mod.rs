@@ -169,6 +169,9 @@ pub struct ContainerSpecInput<'a> {
     /// Whether a privileged container gets every device of the host (false for a runtime
     /// handler with `privileged_without_host_devices`).
     pub host_devices_for_privileged: bool,
+    /// Whether crius's own path (libcontainer) runs the container, so its workarounds apply
+    /// (see `mounts::host_cgroup_bind`); an OCI runtime handler builds those mounts itself.
+    pub builtin: bool,
 }
 
 fn namespace(typ: LinuxNamespaceType, path: Option<PathBuf>) -> Result<LinuxNamespace> {
@@ -687,7 +690,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
         mode(ns.map_or(0, |n| n.pid), "pid")?,
         NamespaceMode::Pod | NamespaceMode::Target
     );
-    if joins_pid_ns && mounts::host_cgroup_v1() {
+    if input.builtin && joins_pid_ns && mounts::host_cgroup_v1() {
         standard.retain(|m| m.destination() != Path::new("/sys/fs/cgroup"));
         standard.push(mounts::host_cgroup_bind(privileged)?);
     }

@@ -115,6 +115,7 @@ fn input<'a>(
         hostname_file: Some(Path::new("/run/crius/s1/hostname")),
         shm_dir: Some(Path::new("/run/crius/s1/shm")),
         host_devices_for_privileged: true,
+        builtin: true,
     }
 }
 

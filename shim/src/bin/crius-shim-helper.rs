@@ -102,6 +102,8 @@ fn run(args: Vec<OsString>) -> Result<(i32, Option<OwnedFd>), String> {
         HelperOp::Start => libct::start(root, id).map(|()| (0, None)),
         HelperOp::Kill { signal } => libct::kill_all(root, id, signal).map(|()| (0, None)),
         HelperOp::Delete => libct::delete(root, id).map(|()| (0, None)),
+        // libcontainer's inits are the shim's own children: their exits are reaped.
+        HelperOp::Wait => Err("wait: only for an OCI runtime".to_owned()),
     }
 }
 
@@ -144,8 +146,10 @@ fn run_oci(
             }
             result
         }
-        HelperOp::Start => oci_cli::start(rt, root, id).map(|()| (0, None)),
+        HelperOp::Start => oci_cli::start(rt, root, id, stdio()).map(|()| (0, None)),
         HelperOp::Kill { signal } => oci_cli::kill_all(rt, root, id, signal).map(|()| (0, None)),
         HelperOp::Delete => oci_cli::delete(rt, root, id).map(|()| (0, None)),
+        // The report's pid field carries the exit code.
+        HelperOp::Wait => oci_cli::wait(rt, root, id).map(|code| (code, None)),
     }
 }

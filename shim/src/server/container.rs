@@ -54,6 +54,14 @@ pub(super) struct Container {
     /// The OCI runtime that runs the container (its root resolved), or `None` for
     /// libcontainer.
     pub(super) runtime: Option<OciRuntime>,
+    /// The runtime gave the pid of a process another container has too (the pod's sandbox
+    /// process, under gVisor): that pid's exit is not this container's, which a `wait` helper
+    /// reports instead.
+    pub(super) exit_by_wait: bool,
+    /// The container's own ends of its stdio, kept until it starts when an OCI runtime runs
+    /// it: gVisor hands a container that joins a sandbox the stdio of `runsc start`, not of
+    /// `runsc create` (runc ignores them there).
+    pub(super) start_stdio: [Option<OwnedFd>; 3],
 }
 
 impl Container {
@@ -203,6 +211,8 @@ impl Shim {
                 libct: None,
                 attaches: Vec::new(),
                 runtime,
+                exit_by_wait: false,
+                start_stdio: [None, None, None],
             },
         );
         if let Err(e) = self.spawn_helper(&id, op, stdio, purpose) {
@@ -210,8 +220,10 @@ impl Shim {
             let _ = fs::remove_dir_all(&dir);
             return Err(internal("spawn helper", e));
         }
-        // The container's ends now live in the helper.
-        drop(child);
+        // The container's ends now live in the helper; an OCI runtime's start may need them.
+        if let Some(c) = self.containers.get_mut(&id).filter(|c| c.runtime.is_some()) {
+            c.start_stdio = child;
+        }
         info!(target: "crius_shim", container = %id, "creating container");
         Ok(())
     }
@@ -265,13 +277,20 @@ impl Shim {
                 }
             },
         };
+        let shared = self
+            .containers
+            .values()
+            .any(|o| o.id != id && !o.exit_by_wait && o.phase.live_pid() == Some(pid));
         let Some(c) = self.containers.get_mut(id) else {
             return;
         };
         let doomed = c.phase.on_created(pid);
         c.libct = recorded;
         c.created_at = now_unix_nanos();
-        c.oom = OomWatch::for_pid(pid);
+        c.exit_by_wait = shared && c.runtime.is_some();
+        if !c.exit_by_wait {
+            c.oom = OomWatch::for_pid(pid);
+        }
         if let Some(master) = master {
             if set_nonblocking(master.as_raw_fd()).is_ok() {
                 if c.stdin_requested {
@@ -315,7 +334,12 @@ impl Shim {
             id: id.to_owned(),
             token,
         };
-        if let Err(e) = self.spawn_helper(id, HelperOp::Start, [None; 3], purpose) {
+        // Given once, then closed here: a write end left open would keep the output open.
+        let stdio = std::mem::take(&mut c.start_stdio);
+        let fds = [0, 1, 2].map(|i| stdio[i].as_ref().map(|f| f.as_raw_fd()));
+        let spawned = self.spawn_helper(id, HelperOp::Start, fds, purpose);
+        drop(stdio);
+        if let Err(e) = spawned {
             if let Some(c) = self.containers.get_mut(id) {
                 c.phase.on_start_done(false);
             }
@@ -334,6 +358,19 @@ impl Shim {
             return;
         };
         c.phase.on_start_done(result.is_ok());
+        let wait = result.is_ok() && c.exit_by_wait;
+        if wait {
+            let purpose = HelperPurpose::Wait { id: id.to_owned() };
+            if let Err(e) = self.spawn_helper(id, HelperOp::Wait, [None; 3], purpose) {
+                // Without it the exit would go unseen: the container counts as ended.
+                warn!(target: "crius_shim", container = %id, error = %e, "spawn wait helper");
+                self.container_exited(id, 255 << 8);
+            }
+        }
+        let Some(c) = self.containers.get_mut(id) else {
+            self.complete(token, Response::Err(not_found(id)));
+            return;
+        };
         let response = match result {
             Ok(_) => {
                 info!(target: "crius_shim", container = %id, "started");

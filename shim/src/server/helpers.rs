@@ -35,6 +35,10 @@ pub(super) enum HelperPurpose {
     Delete {
         id: String,
     },
+    /// A container's `wait`: its report's pid field is the exit code.
+    Wait {
+        id: String,
+    },
     /// Nobody waits for the outcome.
     Background,
 }
@@ -43,7 +47,7 @@ pub(super) struct PendingHelper {
     pub(super) pid: i32,
     pub(super) chan: OwnedFd,
     container: String,
-    purpose: HelperPurpose,
+    pub(super) purpose: HelperPurpose,
     /// When to kill it (a stuck libcontainer call must not leave a container "creating"
     /// forever); `None` once killed.
     pub(super) deadline: Option<Instant>,
@@ -86,8 +90,12 @@ impl Shim {
                 pid: spawned.pid,
                 chan: spawned.chan,
                 container: id.to_owned(),
+                // A wait lasts as long as the container runs.
+                deadline: match purpose {
+                    HelperPurpose::Wait { .. } => None,
+                    _ => Some(Instant::now() + HELPER_TIMEOUT),
+                },
                 purpose,
-                deadline: Some(Instant::now() + HELPER_TIMEOUT),
             },
         );
         Ok(())
@@ -139,6 +147,26 @@ impl Shim {
                 self.complete(token, response);
             }
             HelperPurpose::Delete { id } => self.deleted(&id, result.map(|r| r.0)),
+            HelperPurpose::Wait { id } => {
+                let code = result.map(|r| r.0).unwrap_or_else(|message| {
+                    // The sandbox ended under it, or the runtime lost the container: it has
+                    // ended, how is not known.
+                    warn!(target: "crius_shim", container = %id, error = %message, "wait failed");
+                    255
+                });
+                // As a wait status: 128 + n is the runtimes' way of saying signal n.
+                let status = match code {
+                    129..=192 => code - 128,
+                    code => (code & 0xff) << 8,
+                };
+                if self
+                    .containers
+                    .get(&id)
+                    .is_some_and(|c| c.phase.live_pid().is_some())
+                {
+                    self.container_exited(&id, status);
+                }
+            }
             HelperPurpose::Background => {
                 if let Err(message) = result {
                     warn!(target: "crius_shim", error = %message, "background helper failed");
@@ -211,7 +239,7 @@ impl Shim {
         let container = self
             .containers
             .values()
-            .find(|c| c.phase.live_pid() == Some(pid))
+            .find(|c| !c.exit_by_wait && c.phase.live_pid() == Some(pid))
             .map(|c| c.id.clone());
         if let Some(id) = container {
             self.container_exited(&id, status);

@@ -29,7 +29,8 @@ impl Shim {
         }
         let c = self.containers.get(id).ok_or_else(|| not_found(id))?;
         c.phase.can_kill(id)?;
-        if !all {
+        // A pid shared with the sandbox is not this container's to signal: the runtime does it.
+        if !all && !c.exit_by_wait {
             if let Some(pid) = c.phase.live_pid() {
                 if let Err(e) = self.launcher.signal(pid, signal) {
                     if e.raw_os_error() != Some(libc::ESRCH) {
@@ -81,13 +82,32 @@ impl Shim {
     /// whatever else is left in its cgroup the delete kills (libcontainer empties the cgroup
     /// before removing it).
     pub(super) fn kill_init(&mut self, id: &str, pid: i32) {
-        if self
-            .containers
-            .get(id)
-            .is_some_and(|c| c.phase.live_pid() == Some(pid))
-        {
-            self.signal(pid, libc::SIGKILL);
+        let Some(c) = self.containers.get(id) else {
+            return;
+        };
+        if c.phase.live_pid() != Some(pid) {
+            return;
         }
+        if c.exit_by_wait {
+            // The pid is the sandbox's: the runtime kills the container, its wait reports.
+            let op = HelperOp::Kill {
+                signal: libc::SIGKILL,
+            };
+            if let Err(e) = self.spawn_helper(id, op, [None; 3], HelperPurpose::Background) {
+                warn!(target: "crius_shim", container = %id, error = %e, "spawn kill helper");
+            }
+            // Not started, so no wait runs to report it: a created process that never ran
+            // ends with the kill.
+            let waited = self
+                .helpers
+                .values()
+                .any(|h| matches!(&h.purpose, HelperPurpose::Wait { id: w } if w.as_str() == id));
+            if !waited {
+                self.container_exited(id, libc::SIGKILL);
+            }
+            return;
+        }
+        self.signal(pid, libc::SIGKILL);
     }
 
     /// Delete a container nobody asked to delete: one created after the shim began

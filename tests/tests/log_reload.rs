@@ -165,17 +165,12 @@ fn scrapes(port: u16) -> bool {
     raw.starts_with("HTTP/1.0 200") && raw.contains("crius_pods")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_moves_stops_and_starts_the_metrics_endpoint() {
-    let (a, b) = (free_port(), free_port());
+    let (a, b) = (
+        crius_tests::free_port().unwrap(),
+        crius_tests::free_port().unwrap(),
+    );
     let metrics = |port: Option<u16>| {
         let address = port.map(|p| format!("127.0.0.1:{p}")).unwrap_or_default();
         format!("[metrics]\naddress = \"{address}\"\n[registry]\nmax_concurrent_downloads = 5\n")

@@ -14,13 +14,17 @@ use std::time::Duration;
 use common::Env;
 use crius_api::v1::*;
 
-/// A free port on 127.0.0.1 (free when asked; crius binds it moments later).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The port crius's metrics endpoint took (port 0 in the config: no two tests race for one),
+/// from its log line `metrics endpoint listening url=http://127.0.0.1:<port>/metrics`.
+async fn metrics_port(env: &Env) -> u16 {
+    common::wait_for("the metrics endpoint", Duration::from_secs(10), || async {
+        let log = env.crius.log();
+        let rest = log
+            .split("metrics endpoint listening url=http://127.0.0.1:")
+            .nth(1)?;
+        rest.split('/').next()?.parse().ok()
+    })
+    .await
 }
 
 /// `GET path` on 127.0.0.1:`port`: the status line and the body.
@@ -55,7 +59,7 @@ fn value(m: &HashMap<String, f64>, key: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_a_pod_lifecycle() {
-    let port = free_port();
+    let port = crius_tests::free_port().unwrap();
     let mut env =
         Env::with_config(37, &format!("[metrics]\naddress = \"127.0.0.1:{port}\"\n")).await;
     let m = scrape(port);
@@ -210,12 +214,12 @@ async fn metrics_follow_a_pod_lifecycle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_names_with_its_namespace() {
-    let port = free_port();
     let mut env = Env::with_config(
         38,
-        &format!("[metrics]\naddress = \"127.0.0.1:{port}\"\nnamespace = \"containerd\"\n"),
+        "[metrics]\naddress = \"127.0.0.1:0\"\nnamespace = \"containerd\"\n",
     )
     .await;
+    let port = metrics_port(&env).await;
     let pod = env.run_pod(env.pod_config("named", false)).await;
     let m = scrape(port);
     assert_eq!(

@@ -12,6 +12,17 @@ use common::Env;
 use crius_api::v1::*;
 use crius_tests::streaming::{exit_code_of, Client};
 
+/// Exec of `echo over-tls; exit 3` in container `c`.
+fn exec(c: &str) -> ExecRequest {
+    ExecRequest {
+        container_id: c.into(),
+        cmd: vec!["sh".into(), "-c".into(), "echo over-tls; exit 3".into()],
+        stdout: true,
+        stderr: true,
+        ..Default::default()
+    }
+}
+
 /// Runs `echo over-tls; exit 3` in a fresh container over `env`'s streaming server; answers
 /// the certificate the server presented.
 async fn exec_over_tls(env: &mut Env) -> Vec<u8> {
@@ -25,15 +36,7 @@ async fn exec_over_tls(env: &mut Env) -> Vec<u8> {
             env.container_config("box", &["sleep", "1000"]),
         )
         .await;
-    let url = env
-        .exec_url(ExecRequest {
-            container_id: c.clone(),
-            cmd: vec!["sh".into(), "-c".into(), "echo over-tls; exit 3".into()],
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        })
-        .await;
+    let url = env.exec_url(exec(&c)).await;
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     // A plain-HTTP client gets no session on the TLS port.
     let plain = url.replacen("https://", "http://", 1);
@@ -41,15 +44,7 @@ async fn exec_over_tls(env: &mut Env) -> Vec<u8> {
         .await
         .is_err());
 
-    let url = env
-        .exec_url(ExecRequest {
-            container_id: c.clone(),
-            cmd: vec!["sh".into(), "-c".into(), "echo over-tls; exit 3".into()],
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        })
-        .await;
+    let url = env.exec_url(exec(&c)).await;
     let mut client = Client::connect(&url, &["v4.channel.k8s.io"]).await.unwrap();
     let s = client.open_command(false, true, true, false).await.unwrap();
     let status = client

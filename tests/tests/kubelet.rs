@@ -5,8 +5,8 @@
 //! PodSandboxStatus with its containers): each pod runs exactly its containers, a crashing
 //! container is restarted with back-off, and the kubelet logs no CRI error but the NotFound
 //! of its own second RemoveContainer. Network 52. (Removing a manifest is not tested: the
-//! kubelet that can be built here, KubeEdge's fork, never marks its pod sources ready when
-//! standalone, so it never deletes a pod.)
+//! standalone kubelet that could be built here, from KubeEdge's fork, refuses every pod
+//! deletion with "skipping delete because sources aren't ready yet".)
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -643,6 +643,128 @@ fn cgroup(out: &mut Out, h: &Hierarchy, path: &str) {
             .and_then(|t| t.trim().parse().ok());
         out.put("container_threads_max", &[], max.unwrap_or(0));
     }
+    let io = if v2 {
+        h.file("io", path, "io.stat").map(|t| block_io_v2(&t))
+    } else {
+        let bytes = h.file("blkio", path, "blkio.throttle.io_service_bytes_recursive");
+        let ops = h.file("blkio", path, "blkio.throttle.io_serviced_recursive");
+        bytes.map(|b| block_io_v1(&b, ops.as_deref().unwrap_or("")))
+    };
+    for dev in io.unwrap_or_default() {
+        block_io(out, &dev);
+    }
+}
+
+/// One block device's I/O by a cgroup.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct DeviceIo {
+    major: u32,
+    minor: u32,
+    read_bytes: u64,
+    write_bytes: u64,
+    reads: u64,
+    writes: u64,
+}
+
+/// `io.stat` (v2): `MAJ:MIN rbytes=N wbytes=N rios=N wios=N dbytes=N dios=N` per device.
+fn block_io_v2(text: &str) -> Vec<DeviceIo> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let (major, minor) = device_numbers(words.next()?)?;
+            let mut dev = DeviceIo {
+                major,
+                minor,
+                ..DeviceIo::default()
+            };
+            for (k, v) in words.filter_map(|w| w.split_once('=')) {
+                let v = v.parse().unwrap_or(0);
+                match k {
+                    "rbytes" => dev.read_bytes = v,
+                    "wbytes" => dev.write_bytes = v,
+                    "rios" => dev.reads = v,
+                    "wios" => dev.writes = v,
+                    _ => {}
+                }
+            }
+            Some(dev)
+        })
+        .collect()
+}
+
+/// `blkio.throttle.io_service_bytes_recursive` and `io_serviced_recursive` (v1):
+/// `MAJ:MIN Read N` / `Write` / ... per device, then `Total N`.
+fn block_io_v1(bytes: &str, ops: &str) -> Vec<DeviceIo> {
+    let mut devices: Vec<DeviceIo> = Vec::new();
+    let mut add = |text: &str, counts_bytes: bool| {
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            let (Some(dev), Some(op), Some(n)) = (words.next(), words.next(), words.next()) else {
+                continue;
+            };
+            let (Some((major, minor)), Ok(n)) = (device_numbers(dev), n.parse::<u64>()) else {
+                continue;
+            };
+            let i = match devices
+                .iter()
+                .position(|d| (d.major, d.minor) == (major, minor))
+            {
+                Some(i) => i,
+                None => {
+                    devices.push(DeviceIo {
+                        major,
+                        minor,
+                        ..DeviceIo::default()
+                    });
+                    devices.len() - 1
+                }
+            };
+            let d = &mut devices[i];
+            match (op, counts_bytes) {
+                ("Read", true) => d.read_bytes = n,
+                ("Write", true) => d.write_bytes = n,
+                ("Read", false) => d.reads = n,
+                ("Write", false) => d.writes = n,
+                _ => {}
+            }
+        }
+    };
+    add(bytes, true);
+    add(ops, false);
+    devices
+}
+
+fn device_numbers(word: &str) -> Option<(u32, u32)> {
+    let (major, minor) = word.split_once(':')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// The device's node as cAdvisor names it (`/dev/sda`), from sysfs; empty when unknown.
+fn device_name(major: u32, minor: u32) -> String {
+    std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("DEVNAME="))
+                .map(|n| format!("/dev/{n}"))
+        })
+        .unwrap_or_default()
+}
+
+fn block_io(out: &mut Out, dev: &DeviceIo) {
+    let name = device_name(dev.major, dev.minor);
+    let (major, minor) = (dev.major.to_string(), dev.minor.to_string());
+    for (op, n) in [("Read", dev.read_bytes), ("Write", dev.write_bytes)] {
+        out.put(
+            "container_blkio_device_usage_total",
+            &[&name, &major, &minor, op],
+            n,
+        );
+    }
+    out.put("container_fs_reads_bytes_total", &[&name], dev.read_bytes);
+    out.put("container_fs_writes_bytes_total", &[&name], dev.write_bytes);
+    out.put("container_fs_reads_total", &[&name], dev.reads);
+    out.put("container_fs_writes_total", &[&name], dev.writes);
 }
 
 /// Processes, file descriptors and sockets of the container's cgroup.
@@ -704,6 +826,26 @@ fn statvfs(path: &std::path::Path) -> Option<libc::statvfs> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_io_of_both_cgroup_versions() {
+        let v2 = block_io_v2("8:0 rbytes=4096 wbytes=8192 rios=1 wios=2 dbytes=0 dios=0\n");
+        let dev = DeviceIo {
+            major: 8,
+            minor: 0,
+            read_bytes: 4096,
+            write_bytes: 8192,
+            reads: 1,
+            writes: 2,
+        };
+        assert_eq!(v2, [dev]);
+        let v1 = block_io_v1(
+            "8:0 Read 4096\n8:0 Write 8192\n8:0 Sync 0\n8:0 Total 12288\nTotal 12288\n",
+            "8:0 Read 1\n8:0 Write 2\n8:0 Total 3\nTotal 3\n",
+        );
+        assert_eq!(v1, v2);
+        assert!(block_io_v1("Total 0\n", "Total 0\n").is_empty());
+    }
 
     #[test]
     fn descriptors_are_unique_and_labelled() {

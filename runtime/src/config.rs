@@ -145,6 +145,13 @@ tls_key_file = ""
 # stream proxy do.
 enable_tls = false
 
+[images]
+# Images kubelet's garbage collection keeps: ImageStatus and ListImages report them pinned, and
+# RemoveImage refuses them. Each entry is a reference (tag or digest form, as ListImages shows
+# it: "registry.k8s.io/pause:3.10") where "*" stands for any run of characters
+# ("registry.k8s.io/*"). SIGHUP applies a change.
+pinned = []
+
 [metrics]
 # Where Prometheus scrapes crius's metrics (http://<address>/metrics), e.g. "127.0.0.1:1338".
 # Empty: no metrics endpoint. SIGHUP applies a change.
@@ -171,7 +178,44 @@ pub struct Config {
     pub cgroup: CgroupConfig,
     pub runtime: RuntimeConfig,
     pub stream: StreamConfig,
+    pub images: ImagesConfig,
     pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImagesConfig {
+    pub pinned: Vec<String>,
+}
+
+impl ImagesConfig {
+    /// The first `pinned` pattern one of `names` matches.
+    pub fn pinned_by<'a>(&'a self, names: &[String]) -> Option<&'a str> {
+        self.pinned
+            .iter()
+            .find(|p| names.iter().any(|n| glob_match(p, n)))
+            .map(String::as_str)
+    }
+}
+
+/// Whether `text` matches `pattern`, in which `*` stands for any run of characters.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -368,6 +412,7 @@ impl Default for Config {
             cgroup: CgroupConfig::default(),
             runtime: RuntimeConfig::default(),
             stream: StreamConfig::default(),
+            images: ImagesConfig::default(),
             metrics: MetricsConfig::default(),
         }
     }
@@ -596,6 +641,12 @@ impl Config {
                     "not an IP address and port such as \"127.0.0.1:1338\": {:?}",
                     crate::util::excerpt(&self.metrics.address)
                 ),
+            ));
+        }
+        if let Some(p) = self.images.pinned.iter().find(|p| p.trim().is_empty()) {
+            return Err(invalid(
+                "images.pinned",
+                format!("an empty pattern pins nothing: {p:?}"),
             ));
         }
         let ns = &self.metrics.namespace;
@@ -833,6 +884,33 @@ mod tests {
         assert!(err.to_string().contains("metrics.namespace"), "{err}");
         let tls = parse("[stream]\nenable_tls = true\n").unwrap();
         assert!(tls.stream.tls() && !Config::default().stream.tls());
+    }
+
+    #[test]
+    fn pinned_patterns() {
+        let images = ImagesConfig {
+            pinned: vec![
+                "registry.k8s.io/pause:*".into(),
+                "*/coredns@sha256:*".into(),
+            ],
+        };
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            images.pinned_by(&names(&["registry.k8s.io/pause:3.10"])),
+            Some("registry.k8s.io/pause:*")
+        );
+        assert!(images
+            .pinned_by(&names(&["docker.io/x/coredns@sha256:ab"]))
+            .is_some());
+        assert!(images
+            .pinned_by(&names(&[
+                "registry.k8s.io/pause2:3.10",
+                "docker.io/busybox:1"
+            ]))
+            .is_none());
+        assert!(glob_match("a*b*c", "axxbyyc") && !glob_match("a*b*c", "axxcyyb"));
+        assert!(glob_match("abc", "abc") && !glob_match("abc", "abcd") && glob_match("*", ""));
+        assert!(!glob_match("a*a", "a"));
     }
 
     #[test]

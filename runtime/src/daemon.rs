@@ -48,6 +48,8 @@ pub struct Daemon {
     pub(crate) events: crate::events::Events,
     /// The Prometheus endpoint (`[metrics] address`).
     pub(crate) metrics_endpoint: crate::telemetry::server::Endpoint,
+    /// `[images] pinned` in force (SIGHUP replaces it).
+    pinned: std::sync::RwLock<crate::config::ImagesConfig>,
 }
 
 impl Daemon {
@@ -71,6 +73,18 @@ impl Daemon {
         } else {
             name.to_string()
         }
+    }
+
+    /// The `[images] pinned` pattern that pins `record`, if one does.
+    pub fn pinned_by(&self, record: &crius_image::ImageRecord) -> Option<String> {
+        let pinned = self.pinned.read().unwrap_or_else(|e| e.into_inner());
+        let names: Vec<String> = record
+            .repo_tags
+            .iter()
+            .chain(&record.repo_digests)
+            .cloned()
+            .collect();
+        pinned.pinned_by(&names).map(str::to_string)
     }
 
     /// Whether user-namespaced pods work on this node (false until probed at start).
@@ -131,6 +145,7 @@ impl Daemon {
             Duration::from_secs(config.runtime.shim_operation_timeout_secs),
         );
         let pause_binary = config.state.join("bin").join("crius-pause");
+        let images_config = config.images.clone();
         Ok(Arc::new(Daemon {
             config,
             store,
@@ -149,6 +164,7 @@ impl Daemon {
             handlers: std::sync::OnceLock::new(),
             events: crate::events::Events::default(),
             metrics_endpoint: Default::default(),
+            pinned: std::sync::RwLock::new(images_config),
         }))
     }
 
@@ -230,7 +246,15 @@ impl Daemon {
             tracing::info!(?registry, "SIGHUP: registry settings changed for new pulls");
             self.images.set_registry_settings(registry);
         }
+        let pinned = new.images.clone();
+        let mut in_force = self.pinned.write().unwrap_or_else(|e| e.into_inner());
+        if *in_force != pinned {
+            tracing::info!(patterns = ?pinned.pinned, "SIGHUP: pinned images changed");
+            *in_force = pinned;
+        }
+        drop(in_force);
         applied.extend([
+            "images.pinned",
             "registry.config_path",
             "registry.max_concurrent_downloads",
             "registry.stall_timeout_secs",

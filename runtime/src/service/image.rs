@@ -19,7 +19,7 @@ fn image_name(spec: Option<&ImageSpec>, field: &str) -> Result<String> {
     }
 }
 
-fn cri_image(r: &ImageRecord) -> Image {
+fn cri_image(d: &Daemon, r: &ImageRecord) -> Image {
     Image {
         id: r.id.clone(),
         repo_tags: r.repo_tags.clone(),
@@ -31,7 +31,7 @@ fn cri_image(r: &ImageRecord) -> Image {
             image: r.id.clone(),
             ..Default::default()
         }),
-        pinned: r.pinned,
+        pinned: r.pinned || d.pinned_by(r).is_some(),
     }
 }
 
@@ -116,7 +116,7 @@ fn list_items(d: &Daemon, filter: Option<ImageFilter>) -> Result<Vec<Image>> {
     Ok(d.images
         .list(name.as_deref())?
         .iter()
-        .map(cri_image)
+        .map(|r| cri_image(d, r))
         .collect())
 }
 
@@ -157,7 +157,7 @@ pub async fn status(d: &Arc<Daemon>, req: ImageStatusRequest) -> Result<ImageSta
         );
     }
     Ok(ImageStatusResponse {
-        image: Some(cri_image(&record)),
+        image: Some(cri_image(d, &record)),
         info,
     })
 }
@@ -165,6 +165,13 @@ pub async fn status(d: &Arc<Daemon>, req: ImageStatusRequest) -> Result<ImageSta
 /// Removing an unknown image is success (idempotent, as kubelet's image GC expects).
 pub async fn remove(d: &Arc<Daemon>, req: RemoveImageRequest) -> Result<RemoveImageResponse> {
     let name = image_name(req.image.as_ref(), "image")?;
+    if let Some(pattern) = d.images.get(&name)?.and_then(|r| d.pinned_by(&r)) {
+        return Err(Error::FailedPrecondition(format!(
+            "image {:?} is pinned by [images] pinned {pattern:?}: take it out of the \
+             configuration (then SIGHUP) to remove the image",
+            excerpt(&name)
+        )));
+    }
     d.images.remove(&name).await?;
     Ok(RemoveImageResponse {})
 }

@@ -29,6 +29,9 @@ pub enum Error {
     #[error("registry host config {}: {reason}", path.display())]
     HostsConfig { path: PathBuf, reason: String },
 
+    #[error("registry auth file {}: {reason}", path.display())]
+    AuthFile { path: PathBuf, reason: String },
+
     #[error("registry {registry}: authentication required (no credentials given)")]
     AuthenticationRequired { registry: String },
 
@@ -149,7 +152,7 @@ impl Error {
         use ErrorKind as K;
         match self {
             Error::InvalidReference { .. } => K::InvalidArgument,
-            Error::HostsConfig { .. } => K::FailedPrecondition,
+            Error::HostsConfig { .. } | Error::AuthFile { .. } => K::FailedPrecondition,
             Error::AuthenticationRequired { .. } | Error::CredentialsRejected { .. } => {
                 K::Unauthenticated
             }

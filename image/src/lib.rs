@@ -5,6 +5,7 @@
 //! Entry point: [`ImageStore`] (`open`, `pull`, `get`, `list`, `remove`, `lowerdirs`, `lease`,
 //! `release`, `gc`, `fs_usage`).
 
+pub mod auth_file;
 pub mod content;
 pub mod digest;
 pub mod error;

@@ -169,12 +169,17 @@ impl Inner {
         let what = reference.to_string();
         let settings = self.registry_settings();
         let hosts = resolve_hosts(settings.config_dir.as_deref(), reference.domain())?;
+        let file_auths = match &settings.auth_file {
+            Some(path) => crate::auth_file::load(path)?,
+            None => Default::default(),
+        };
         let session = Arc::new(Session::new(
             self.clients.clone(),
             hosts,
             reference.domain(),
             reference.path(),
             auth,
+            file_auths,
             settings.no_progress_timeout,
         ));
         let by_digest = reference.digest().is_some();

@@ -255,7 +255,10 @@ pub(crate) struct Session {
     pub(crate) hosts: Vec<RegistryHost>,
     domain: String,
     repo: String,
+    /// The request's credentials, for the origin registry only.
     auth: Auth,
+    /// Credentials from the auth file by registry authority; each only for its own host.
+    file_auths: HashMap<String, Auth>,
     /// Authorization header per host authority, once a challenge was answered.
     authorization: Mutex<HashMap<String, String>>,
     /// How long to wait for response headers or for the next chunk of a body.
@@ -269,6 +272,7 @@ impl Session {
         domain: &str,
         repo: &str,
         auth: &Auth,
+        file_auths: HashMap<String, Auth>,
         timeout: Duration,
     ) -> Self {
         Self {
@@ -277,6 +281,7 @@ impl Session {
             domain: domain.to_string(),
             repo: repo.to_string(),
             auth: auth.for_registry(domain),
+            file_auths,
             authorization: Mutex::new(HashMap::new()),
             timeout,
         }
@@ -387,7 +392,7 @@ impl Session {
         let registry = registry.to_string();
         let what = what.to_string();
         match status {
-            StatusCode::UNAUTHORIZED if self.auth.is_empty() => {
+            StatusCode::UNAUTHORIZED if self.auth_for(&registry).is_empty() => {
                 Error::AuthenticationRequired { registry }
             }
             StatusCode::UNAUTHORIZED => Error::CredentialsRejected { registry },
@@ -408,15 +413,31 @@ impl Session {
         }
     }
 
+    /// The credentials for host `registry`: the request's for the origin when it carries some,
+    /// else the auth file's entry for that host (for the origin also the one for its domain).
+    fn auth_for(&self, registry: &str) -> &Auth {
+        static NONE: std::sync::OnceLock<Auth> = std::sync::OnceLock::new();
+        let origin = self
+            .hosts
+            .iter()
+            .any(|h| h.is_origin && h.authority == registry);
+        if origin && !self.auth.is_empty() {
+            return &self.auth;
+        }
+        let own = self.file_auths.get(&crate::auth_file::authority(registry));
+        own.or_else(|| origin.then(|| self.file_auths.get(&self.domain)).flatten())
+            .unwrap_or_else(|| NONE.get_or_init(Auth::default))
+    }
+
     fn authorization_for(&self, registry: &str) -> Option<String> {
         let cached = self
             .authorization
             .lock()
             .ok()
             .and_then(|m| m.get(registry).cloned());
+        let auth = self.auth_for(registry);
         cached.or_else(|| {
-            (!self.auth.registry_token.is_empty())
-                .then(|| format!("Bearer {}", self.auth.registry_token))
+            (!auth.registry_token.is_empty()).then(|| format!("Bearer {}", auth.registry_token))
         })
     }
 
@@ -461,7 +482,7 @@ impl Session {
             .iter()
             .any(|c| c.scheme.eq_ignore_ascii_case("basic"))
         {
-            let (user, pass) = self.auth.basic().ok_or_else(required)?;
+            let (user, pass) = self.auth_for(registry).basic().ok_or_else(required)?;
             let encoded =
                 base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
             return Ok(format!("Basic {encoded}"));
@@ -478,10 +499,12 @@ impl Session {
         scope: &str,
     ) -> Result<String> {
         let realm_host = authority_of(realm).unwrap_or(realm).to_string();
-        let req = if !self.auth.identity_token.is_empty() {
+        // The credentials of the registry that sent the challenge, for its token server.
+        let auth = self.auth_for(registry);
+        let req = if !auth.identity_token.is_empty() {
             let form = format!(
                 "grant_type=refresh_token&refresh_token={}&service={}&scope={}&client_id=crius",
-                query_escape(&self.auth.identity_token),
+                query_escape(&auth.identity_token),
                 query_escape(service),
                 query_escape(scope)
             );
@@ -501,7 +524,7 @@ impl Session {
                 .method(Method::GET)
                 .uri(url)
                 .header(USER_AGENT, USER_AGENT_VALUE);
-            if let Some((user, pass)) = self.auth.basic() {
+            if let Some((user, pass)) = auth.basic() {
                 let encoded =
                     base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
                 req = req.header(AUTHORIZATION, format!("Basic {encoded}"));
@@ -517,7 +540,7 @@ impl Session {
         let resp = self.send(client, req, &realm_host).await?;
         let status = resp.status();
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-            return Err(if self.auth.is_empty() {
+            return Err(if auth.is_empty() {
                 Error::AuthenticationRequired {
                     registry: registry.to_string(),
                 }

@@ -41,6 +41,8 @@ pub struct StoreConfig {
     pub no_progress_timeout: Duration,
     /// The platform chosen from an image index.
     pub platform: Platform,
+    /// Registry credentials for pulls whose request carries none ([`crate::auth_file`]).
+    pub auth_file: Option<PathBuf>,
     /// Flush each unpacked layer to disk (syncfs) before it becomes visible, so snapshots are
     /// complete after a power loss. containerd does not; it costs time on a busy disk.
     pub sync_snapshots: bool,
@@ -55,6 +57,7 @@ impl Default for StoreConfig {
             max_concurrent_unpacks: std::thread::available_parallelism().map_or(2, |n| n.get()),
             no_progress_timeout: Duration::from_secs(5 * 60),
             platform: Platform::host(),
+            auth_file: None,
             sync_snapshots: true,
         }
     }
@@ -69,6 +72,9 @@ pub struct RegistrySettings {
     pub max_concurrent_downloads: usize,
     /// A download (or a registry response) that makes no progress for this long is cancelled.
     pub no_progress_timeout: Duration,
+    /// Credentials for pulls whose request carries none (docker `config.json` format), read at
+    /// each pull.
+    pub auth_file: Option<PathBuf>,
 }
 
 impl Inner {
@@ -166,6 +172,7 @@ impl ImageStore {
             config_dir: config.registry_config_dir.clone(),
             max_concurrent_downloads: config.max_concurrent_downloads.max(1),
             no_progress_timeout: config.no_progress_timeout,
+            auth_file: config.auth_file.clone(),
         };
         let inner = Inner {
             download_slots: Arc::new(Semaphore::new(config.max_concurrent_downloads.max(1))),

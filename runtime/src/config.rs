@@ -34,6 +34,10 @@ config_path = "/etc/crius/certs.d"
 max_concurrent_downloads = 3
 # A download that receives no byte for this many seconds is cancelled.
 stall_timeout_secs = 60
+# Registry credentials for pulls whose request carries none, in the docker config.json format
+# ({"auths": {"<host>": {"auth": "<base64 user:password>"}}}), read at each pull; each entry
+# goes only to the registry host it names (a mirror gets only its own). Empty: none.
+auth_file = ""
 
 [cni]
 # Directory holding the pod network configuration (.conflist, .conf or .json; the first by name wins).
@@ -335,6 +339,7 @@ pub struct RegistryConfig {
     pub config_path: PathBuf,
     pub max_concurrent_downloads: usize,
     pub stall_timeout_secs: u64,
+    pub auth_file: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -424,6 +429,7 @@ impl Default for RegistryConfig {
             config_path: PathBuf::from("/etc/crius/certs.d"),
             max_concurrent_downloads: 3,
             stall_timeout_secs: 60,
+            auth_file: PathBuf::new(),
         }
     }
 }
@@ -575,6 +581,13 @@ impl Config {
             return Err(invalid(
                 "log_level",
                 format!("not a level or filter: {:?}", self.log_level),
+            ));
+        }
+        let auth_file = &self.registry.auth_file;
+        if !auth_file.as_os_str().is_empty() && !auth_file.is_absolute() {
+            return Err(invalid(
+                "registry.auth_file",
+                format!("must be absolute: {auth_file:?}"),
             ));
         }
         if self.registry.max_concurrent_downloads == 0 {

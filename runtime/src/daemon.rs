@@ -124,6 +124,7 @@ impl Daemon {
             registry_config_dir: Some(config.registry.config_path.clone()),
             max_concurrent_downloads: config.registry.max_concurrent_downloads,
             no_progress_timeout: Duration::from_secs(config.registry.stall_timeout_secs),
+            auth_file: non_empty(&config.registry.auth_file),
             ..StoreConfig::default()
         })
         .with_context(|| format!("open image store in {}", config.root.display()))?;
@@ -241,6 +242,7 @@ impl Daemon {
             config_dir: Some(new.registry.config_path.clone()),
             max_concurrent_downloads: new.registry.max_concurrent_downloads,
             no_progress_timeout: Duration::from_secs(new.registry.stall_timeout_secs),
+            auth_file: non_empty(&new.registry.auth_file),
         };
         if registry != self.images.registry_settings() {
             tracing::info!(?registry, "SIGHUP: registry settings changed for new pulls");
@@ -258,6 +260,7 @@ impl Daemon {
             "registry.config_path",
             "registry.max_concurrent_downloads",
             "registry.stall_timeout_secs",
+            "registry.auth_file",
         ]);
         applied
     }
@@ -270,4 +273,9 @@ impl Daemon {
             .map(|_| ())
             .map_err(|e| Error::FailedPrecondition(crate::error::chain(&e)))
     }
+}
+
+/// `None` for an empty path (a key left at its default).
+fn non_empty(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    (!path.as_os_str().is_empty()).then(|| path.to_path_buf())
 }

@@ -68,3 +68,80 @@ async fn line_breaks_or_nul_in_credentials_are_refused_before_any_connection() {
         other => panic!("crius connected to the registry: {other:?}"),
     }
 }
+
+/// `[registry] auth_file`: a pull whose request carries no credentials uses the file's entry
+/// for the registry's host; an entry for another host is never sent (the pull is then
+/// Unauthenticated); credentials in the request win over the file. The file is read at each
+/// pull. Network 99.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_from_the_auth_file_go_to_their_host_only() {
+    use base64::Engine as _;
+    use crius_tests::images::{self, TestImage};
+    use crius_tests::registry::{Registry, PASSWORD, USERNAME};
+
+    let private = Registry::start_with_auth().unwrap();
+    let image = images::push(&private, TestImage::Busybox)
+        .unwrap()
+        .reference;
+    let dir = crius_tests::TestDir::new("auth-file").unwrap();
+    let file = dir.join("auth.json");
+    let write = |host: &str| {
+        let auth =
+            base64::engine::general_purpose::STANDARD.encode(format!("{USERNAME}:{PASSWORD}"));
+        std::fs::write(
+            &file,
+            format!(r#"{{"auths": {{"{host}": {{"auth": "{auth}"}}}}}}"#),
+        )
+        .unwrap();
+    };
+    // Appended to the [registry] table, which the fixture's config ends with.
+    let env = Env::with_config(99, &format!("auth_file = \"{}\"\n", file.display())).await;
+    let pull = |auth: Option<AuthConfig>| {
+        let mut images = env.crius.image();
+        let image = image.clone();
+        async move {
+            images
+                .pull_image(PullImageRequest {
+                    image: Some(ImageSpec {
+                        image,
+                        ..Default::default()
+                    }),
+                    auth,
+                    sandbox_config: None,
+                })
+                .await
+        }
+    };
+    let remove = || {
+        let mut images = env.crius.image();
+        let image = image.clone();
+        async move {
+            images
+                .remove_image(RemoveImageRequest {
+                    image: Some(ImageSpec {
+                        image,
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .unwrap();
+        }
+    };
+
+    write("127.0.0.1:1");
+    let refused = pull(None).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+
+    write(&private.host_port());
+    pull(None).await.unwrap();
+    remove().await;
+
+    // The request's credentials win: wrong ones are rejected although the file has good ones.
+    let wrong = AuthConfig {
+        username: USERNAME.into(),
+        password: "wrong".into(),
+        ..Default::default()
+    };
+    let rejected = pull(Some(wrong)).await.unwrap_err();
+    assert_eq!(rejected.code(), Code::Unauthenticated, "{rejected:?}");
+}

@@ -274,7 +274,8 @@ fn database_is_created_under_root() {
     let dirs = Dirs::new();
     dirs.write_config("");
     let d = Daemon::start(&dirs);
-    assert!(Path::new(&dirs.path("root/crius.db")).is_file());
+    // The socket is claimed before the database is opened: wait for the file, not the socket.
+    assert!(poll(|| Path::new(&dirs.path("root/crius.db")).is_file()));
     d.signal(libc::SIGTERM);
     assert!(d.wait().status.success());
 }

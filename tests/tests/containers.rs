@@ -436,19 +436,8 @@ async fn short_name_pull_through_mirror() {
     let image_ref = env.pull("busybox").await;
     assert_eq!(image_ref, env.pushed.config_digest);
     let status = env
-        .crius
-        .image()
-        .image_status(ImageStatusRequest {
-            image: Some(ImageSpec {
-                image: "busybox".into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
+        .image_status("busybox")
         .await
-        .unwrap()
-        .into_inner()
-        .image
         .expect("image listed after the pull");
     assert!(status
         .repo_tags

@@ -13,21 +13,7 @@ use crius_tests::images::{self, TestImage};
 use tonic::Code;
 
 async fn pinned(env: &Env, image: &str) -> bool {
-    env.crius
-        .image()
-        .image_status(ImageStatusRequest {
-            image: Some(ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .image
-        .unwrap()
-        .pinned
+    env.image_status(image).await.unwrap().pinned
 }
 
 async fn remove(env: &Env, image: &str) -> Result<(), tonic::Status> {

@@ -184,6 +184,24 @@ impl Env {
             .image_ref
     }
 
+    /// `ImageStatus` of `image` (not verbose): the image, `None` when crius has none by that
+    /// name.
+    pub async fn image_status(&self, image: &str) -> Option<Image> {
+        self.crius
+            .image()
+            .image_status(ImageStatusRequest {
+                image: Some(ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .unwrap_or_else(|s| panic!("ImageStatus {image}: {s:?}"))
+            .into_inner()
+            .image
+    }
+
     pub fn rt(&self) -> runtime_service_client::RuntimeServiceClient<tonic::transport::Channel> {
         self.crius.runtime()
     }

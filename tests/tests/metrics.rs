@@ -1,6 +1,7 @@
 //! ListMetricDescriptors and ListPodSandboxMetrics: the cAdvisor metrics of a running pod and
 //! its container, with the labels their descriptors list and values from the container's
-//! cgroup. Real crius, registry, CNI and containers. Network 7.
+//! cgroup; and ImageFsInfo's container filesystems (the writable layers). Real crius, registry,
+//! CNI and containers. Network 7.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -95,6 +96,25 @@ async fn pod_metrics_match_their_descriptors() {
     let label = &seen["container_network_receive_bytes_total"][0].label_values;
     assert_eq!(label.last().unwrap(), "eth0");
     assert_eq!(seen["container_memory_rss"][0].label_values[1], c);
+
+    // ImageFsInfo's container filesystems: the writable layers, on the image store's disk.
+    env.exec(
+        &c,
+        &["dd", "if=/dev/zero", "of=/big", "bs=1024", "count=512"],
+        10,
+    )
+    .await
+    .unwrap();
+    let fs = env
+        .crius
+        .image()
+        .image_fs_info(ImageFsInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let layers = &fs.container_filesystems[0];
+    assert!(layers.used_bytes.unwrap().value >= 512 << 10, "{layers:?}");
+    assert_eq!(layers.fs_id, fs.image_filesystems[0].fs_id);
 
     env.stop(&c, 0).await;
     env.remove(&c).await;

@@ -178,20 +178,38 @@ pub async fn remove(d: &Arc<Daemon>, req: RemoveImageRequest) -> Result<RemoveIm
 
 pub async fn fs_info(d: &Arc<Daemon>, _req: ImageFsInfoRequest) -> Result<ImageFsInfoResponse> {
     let usage = d.images.fs_usage().await?;
+    // The containers' writable layers: the sum of their upper directories. They live on the
+    // image store's filesystem (both under the root), which the shared mountpoint tells
+    // kubelet, so it does not take them for a separate disk.
+    let uppers: Vec<std::path::PathBuf> = d
+        .containers
+        .all()
+        .iter()
+        .map(|c| {
+            crate::layout::ContainerPaths::new(&d.config.root, &d.config.state, &c.id)
+                .layer
+                .join("upper")
+        })
+        .collect();
+    let (layer_bytes, layer_inodes) = tokio::task::spawn_blocking(move || {
+        uppers
+            .iter()
+            .filter_map(|u| super::stats::disk_usage(u))
+            .fold((0u64, 0u64), |(b, i), (bb, ii)| (b + bb, i + ii))
+    })
+    .await
+    .map_err(|e| Error::internal("sum the writable layers", e))?;
+    let fs = |used: u64, inodes: u64| FilesystemUsage {
+        timestamp: now_nanos(),
+        fs_id: Some(FilesystemIdentifier {
+            mountpoint: usage.mountpoint.display().to_string(),
+        }),
+        used_bytes: Some(UInt64Value { value: used }),
+        inodes_used: Some(UInt64Value { value: inodes }),
+    };
     Ok(ImageFsInfoResponse {
-        image_filesystems: vec![FilesystemUsage {
-            timestamp: now_nanos(),
-            fs_id: Some(FilesystemIdentifier {
-                mountpoint: usage.mountpoint.display().to_string(),
-            }),
-            used_bytes: Some(UInt64Value {
-                value: usage.used_bytes,
-            }),
-            inodes_used: Some(UInt64Value {
-                value: usage.inodes_used,
-            }),
-        }],
-        container_filesystems: Vec::new(),
+        image_filesystems: vec![fs(usage.used_bytes, usage.inodes_used)],
+        container_filesystems: vec![fs(layer_bytes, layer_inodes)],
     })
 }
 

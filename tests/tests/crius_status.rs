@@ -59,6 +59,7 @@ async fn status_reports_version_uptime_config_and_counts_by_state() {
     assert_eq!(field(&status, "conditions"), "RuntimeReady, NetworkReady");
     assert_eq!(field(&status, "pods"), "0");
     assert_eq!(field(&status, "containers"), "0");
+    assert_eq!(field(&status, "pulls"), "none");
     assert!(
         field(&status, "handlers").starts_with("(default)"),
         "{status}"

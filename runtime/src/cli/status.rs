@@ -46,6 +46,32 @@ pub struct Report {
     pub pods: Vec<(&'static str, usize)>,
     /// Containers by state, in the CRI's order of states.
     pub containers: Vec<(&'static str, usize)>,
+    /// Image pulls under way.
+    pub pulls: Vec<Pull>,
+}
+
+/// An image pull under way, as a verbose Status reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pull {
+    pub image: String,
+    pub done_bytes: u64,
+    /// 0 until the pull has read its manifest.
+    pub total_bytes: u64,
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for Pull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mb = |b: u64| b as f64 / 1e6;
+        write!(f, "{} {:.1}", self.image, mb(self.done_bytes))?;
+        if self.total_bytes > 0 {
+            let percent = self.done_bytes.saturating_mul(100) / self.total_bytes;
+            write!(f, " of {:.1} MB ({percent}%)", mb(self.total_bytes))?;
+        } else {
+            write!(f, " MB")?;
+        }
+        write!(f, ", {}", human(self.elapsed))
+    }
 }
 
 /// Asks the crius serving `socket`, giving up after [`TIMEOUT`].
@@ -99,8 +125,21 @@ async fn query_unbounded(socket: &Path) -> anyhow::Result<Report> {
             })
         })
         .unwrap_or_default();
+    let pulls = json("pulls")
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| Pull {
+            image: p["image"].as_str().unwrap_or("").to_string(),
+            done_bytes: p["doneBytes"].as_u64().unwrap_or(0),
+            total_bytes: p["totalBytes"].as_u64().unwrap_or(0),
+            elapsed: Duration::try_from_secs_f64(p["elapsedSeconds"].as_f64().unwrap_or(0.0))
+                .unwrap_or_default(),
+        })
+        .collect();
     Ok(Report {
         socket: socket.to_path_buf(),
+        pulls,
         runtime_name: version.runtime_name,
         runtime_version: version.runtime_version,
         runtime_api_version: version.runtime_api_version,
@@ -269,7 +308,12 @@ impl fmt::Display for Report {
                 }
             })
             .collect();
-        writeln!(f, "handlers:    {}", handlers.join(", "))
+        writeln!(f, "handlers:    {}", handlers.join(", "))?;
+        let pulls: Vec<String> = self.pulls.iter().map(Pull::to_string).collect();
+        match pulls.is_empty() {
+            true => writeln!(f, "pulls:       none"),
+            false => writeln!(f, "pulls:       {}", pulls.join("; ")),
+        }
     }
 }
 
@@ -332,6 +376,20 @@ mod tests {
             }],
             pods: vec![("ready", 1), ("not ready", 0)],
             containers: vec![("created", 0), ("running", 2), ("exited", 1)],
+            pulls: vec![
+                Pull {
+                    image: "docker.io/library/nginx:1".into(),
+                    done_bytes: 12_500_000,
+                    total_bytes: 50_000_000,
+                    elapsed: Duration::from_secs(7),
+                },
+                Pull {
+                    image: "quay.io/x:2".into(),
+                    done_bytes: 0,
+                    total_bytes: 0,
+                    elapsed: Duration::from_secs(1),
+                },
+            ],
         };
         assert_eq!(
             report.to_string(),
@@ -341,7 +399,8 @@ mod tests {
              conditions:  RuntimeReady, NetworkReady=false (NetworkPluginNotReady: no network config)\n\
              pods:        1 (1 ready)\n\
              containers:  3 (2 running, 1 exited)\n\
-             handlers:    (default) [recursive read-only mounts]\n"
+             handlers:    (default) [recursive read-only mounts]\n\
+             pulls:       docker.io/library/nginx:1 12.5 of 50.0 MB (25%), 7s; quay.io/x:2 0.0 MB, 1s\n"
         );
     }
 }

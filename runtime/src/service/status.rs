@@ -64,7 +64,8 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
 /// configuration; `configPath`, the file crius was told to read (null without one);
 /// `configFiles`, the files it did read (that file if it exists, then its drop-ins);
 /// `startedAt`, when this crius started, in nanoseconds since the epoch like every CRI
-/// timestamp; `pid`. `crius status` prints them.
+/// timestamp; `pid`; `pulls`, the image pulls under way (`image`, `doneBytes`, `totalBytes`,
+/// `elapsedSeconds`). `crius status` prints them.
 fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
     let json_path = |p: &std::path::Path| serde_json::Value::from(p.display().to_string());
     let source = &daemon.config.source;
@@ -86,5 +87,23 @@ fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
         ),
         ("startedAt".to_string(), started_at.to_string()),
         ("pid".to_string(), std::process::id().to_string()),
+        ("pulls".to_string(), pulls_json(daemon)),
     ])
+}
+
+fn pulls_json(daemon: &Daemon) -> String {
+    let pulls: Vec<serde_json::Value> = daemon
+        .images
+        .pulls_in_progress()
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "image": p.image,
+                "doneBytes": p.done_bytes,
+                "totalBytes": p.total_bytes,
+                "elapsedSeconds": p.elapsed.as_secs_f64(),
+            })
+        })
+        .collect();
+    serde_json::Value::from(pulls).to_string()
 }

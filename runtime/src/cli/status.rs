@@ -64,11 +64,13 @@ impl fmt::Display for Pull {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mb = |b: u64| b as f64 / 1e6;
         write!(f, "{} {:.1}", self.image, mb(self.done_bytes))?;
-        if self.total_bytes > 0 {
-            let percent = self.done_bytes.saturating_mul(100) / self.total_bytes;
-            write!(f, " of {:.1} MB ({percent}%)", mb(self.total_bytes))?;
-        } else {
-            write!(f, " MB")?;
+        match self
+            .done_bytes
+            .saturating_mul(100)
+            .checked_div(self.total_bytes)
+        {
+            Some(percent) => write!(f, " of {:.1} MB ({percent}%)", mb(self.total_bytes))?,
+            None => write!(f, " MB")?,
         }
         write!(f, ", {}", human(self.elapsed))
     }

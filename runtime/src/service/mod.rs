@@ -112,13 +112,10 @@ where
     let _enter = span.enter();
     let elapsed = start.elapsed();
     let elapsed_ms = elapsed.as_secs_f64() * 1e3;
-    let code = match &result {
-        Ok(_) => tonic::Code::Ok,
-        Err(e) => error::to_status(e).code(),
-    };
-    crate::telemetry::metrics().rpc(method, code_name(code), elapsed);
+    let metrics = crate::telemetry::metrics();
     match result {
         Ok(resp) => {
+            metrics.rpc(method, code_name(tonic::Code::Ok), elapsed);
             if is_poll(method) {
                 tracing::debug!(elapsed_ms, "ok");
             } else {
@@ -128,6 +125,7 @@ where
         }
         Err(err) => {
             let status = error::to_status(&err);
+            metrics.rpc(method, code_name(status.code()), elapsed);
             match err {
                 Error::Internal { .. } => {
                     tracing::error!(elapsed_ms, code = ?status.code(), "{}", status.message())

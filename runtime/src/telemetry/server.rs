@@ -54,8 +54,9 @@ impl Endpoint {
     }
 
     /// Serves as `config` says from now on: nothing when its address is empty; the endpoint
-    /// already running is kept when nothing changed, else replaced. On an error (the address
-    /// is taken) the endpoint in force stays as it was.
+    /// already running is kept when nothing changed, else replaced. When a new address cannot
+    /// be bound (taken) the endpoint in force stays as it was; on the same address (only the
+    /// namespace changed) the old listener is closed first, so a failure there leaves none.
     pub async fn apply(
         &self,
         config: &MetricsConfig,

@@ -236,14 +236,19 @@ impl ImageStore {
         if now > was {
             self.inner.download_slots.add_permits(now - was);
         } else if now < was {
-            let fewer = u32::try_from(was - now).unwrap_or(u32::MAX);
-            let slots = self.inner.download_slots.clone();
-            // Taken out of use as they come free: downloads under way are not cut short.
-            tokio::spawn(async move {
-                if let Ok(permits) = slots.acquire_many(fewer).await {
-                    permits.forget();
-                }
-            });
+            // Free slots go at once; the rest as downloads under way end (none is cut short).
+            let slots = &self.inner.download_slots;
+            let busy = (was - now) - slots.forget_permits(was - now);
+            let busy = u32::try_from(busy).unwrap_or(u32::MAX);
+            let runtime = tokio::runtime::Handle::try_current();
+            if let (true, Ok(runtime)) = (busy > 0, runtime) {
+                let slots = slots.clone();
+                runtime.spawn(async move {
+                    if let Ok(permits) = slots.acquire_many(busy).await {
+                        permits.forget();
+                    }
+                });
+            }
         }
     }
 

@@ -279,9 +279,9 @@ impl Daemon {
             let timer = crate::telemetry::Timer::start();
             let result = self.network.setup(&network).await;
             let metrics = crate::telemetry::metrics();
-            metrics.network_operation("set_up_pod", result.is_ok(), timer.elapsed());
+            let (ok, took) = (result.is_ok(), timer.elapsed());
+            metrics.network_operation("set_up_pod", ok, took, &metrics.sandbox_create_network);
             let result = result?;
-            timer.observe(&metrics.sandbox_create_network);
             let mut ips: Vec<std::net::IpAddr> = result.pod_ips();
             ips.sort_by_key(|ip| ip.is_ipv6());
             record.ips = ips.iter().map(|ip| ip.to_string()).collect();

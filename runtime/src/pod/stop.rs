@@ -90,10 +90,8 @@ impl Daemon {
         let timer = crate::telemetry::Timer::start();
         let result = self.network.teardown(&record.id).await;
         let metrics = crate::telemetry::metrics();
-        metrics.network_operation("tear_down_pod", result.is_ok(), timer.elapsed());
-        if result.is_ok() {
-            timer.observe(&metrics.sandbox_delete_network);
-        }
+        let (ok, took) = (result.is_ok(), timer.elapsed());
+        metrics.network_operation("tear_down_pod", ok, took, &metrics.sandbox_delete_network);
         if let Err(e) = result {
             let msg = crate::error::chain(&e);
             self.sandboxes.update(&self.store, &record.id, |r| {

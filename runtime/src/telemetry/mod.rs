@@ -131,11 +131,20 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// A CNI operation (`set_up_pod`, `tear_down_pod`, `get_pod_network_status`) ended.
-    pub fn network_operation(&self, op: &'static str, ok: bool, elapsed: Duration) {
+    /// A CNI operation (`set_up_pod`, `tear_down_pod`) ended; a successful one is also timed
+    /// in `on_success` (containerd's `sandbox_create_network` / `sandbox_delete_network`).
+    pub fn network_operation(
+        &self,
+        op: &'static str,
+        ok: bool,
+        elapsed: Duration,
+        on_success: &Histogram,
+    ) {
         let l = label("operation_type", op);
         self.network_operations.get_or_create(&l).inc();
-        if !ok {
+        if ok {
+            on_success.observe(elapsed.as_secs_f64());
+        } else {
             self.network_errors.get_or_create(&l).inc();
         }
         self.network_seconds

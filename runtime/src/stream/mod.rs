@@ -1,12 +1,13 @@
 //! The streaming server for `Exec`, `Attach` and `PortForward`.
 //!
 //! Those RPCs only validate the request and answer a URL: `http://<address>:<port>/exec/<token>`
-//! (or `/attach/`, `/portforward/`; `https://` when TLS is configured, [`tls`]). The token names the prepared request; it can be used once,
-//! within [`TOKEN_TTL`]. The client (crictl, critest, or kubelet proxying kubectl's connection)
-//! then upgrades an HTTP/1.1 request on that URL to SPDY/3.1 or to WebSocket ([`websocket`])
-//! and speaks the Kubernetes stream protocols over it: [`remotecommand`] for exec and attach,
-//! [`portforward`] for port forwarding. The I/O of exec and attach goes through the pod's shim, which hands crius the
-//! process's stdio ([`shim_io`]).
+//! (or `/attach/`, `/portforward/`; `https://` when TLS is configured, [`tls`]). The token
+//! names the prepared request; it can be used once, within [`TOKEN_TTL`]. The client (crictl,
+//! critest, or kubelet proxying kubectl's connection) then upgrades an HTTP/1.1 request on that
+//! URL to SPDY/3.1 or to WebSocket ([`websocket`]) and speaks the Kubernetes stream protocols
+//! over it: [`remotecommand`] for exec and attach, [`portforward`] for port forwarding. The I/O
+//! of exec and attach goes through the pod's shim, which hands crius the process's stdio
+//! ([`shim_io`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

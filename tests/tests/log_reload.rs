@@ -38,9 +38,20 @@ impl Daemon {
             .spawn()
             .unwrap();
         let daemon = Daemon { child, dir };
+        // Up once it answers Version: the socket file exists before crius listens on it.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !daemon.socket().exists() {
-            assert!(Instant::now() < deadline, "no socket:\n{}", daemon.log());
+        loop {
+            if let Ok(channel) = crius_tests::crius::connect(&daemon.socket()).await {
+                let mut rt = RuntimeServiceClient::new(channel);
+                if rt.version(VersionRequest::default()).await.is_ok() {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "crius does not answer:\n{}",
+                daemon.log()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         daemon

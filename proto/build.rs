@@ -1,4 +1,5 @@
-//! Generates the CRI v1 messages and the tonic server and client from `runtime/v1/api.proto`.
+//! Generates the CRI v1 messages and the tonic server and client from `runtime/v1/api.proto`,
+//! and the NRI and ttrpc messages from `nri/`.
 //! protox parses the proto in Rust, so a machine needs no `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -10,6 +11,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // An RPC that has no handler yet answers Unimplemented instead of failing the build.
         .generate_default_stubs(true)
+        .compile_fds(fds)?;
+
+    // NRI: messages only; crius frames them itself (ttrpc over a multiplexed unix socket).
+    let nri = ["nri/api.proto", "nri/ttrpc.proto"];
+    for p in nri {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(nri, ["."])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(false)
         .compile_fds(fds)?;
     Ok(())
 }

@@ -9,4 +9,17 @@ pub mod runtime {
 
 pub use runtime::v1;
 
+/// The NRI protocol (`nri.pkg.api.v1alpha1`) and ttrpc's envelope, messages only.
+pub mod nri {
+    /// Package `nri.pkg.api.v1alpha1`.
+    #[allow(clippy::all)]
+    pub mod api {
+        tonic::include_proto!("nri.pkg.api.v1alpha1");
+    }
+    /// Package `ttrpc`: the request and response frames' payloads.
+    pub mod ttrpc {
+        tonic::include_proto!("ttrpc");
+    }
+}
+
 pub mod shim;

@@ -163,6 +163,24 @@ address = ""
 # The first part of every metric name. "containerd" gives the names of containerd's CRI
 # metrics (containerd_cri_sandbox_runtime_create_seconds, ...), so existing dashboards work.
 namespace = "crius"
+
+[nri]
+# Node Resource Interface: plugins (topology-aware placement, device injection, policies) see
+# every pod and container event and may adjust containers before they are created. containerd's
+# keys and defaults.
+enable = true
+# Where external plugins connect (root only).
+socket_path = "/var/run/nri/nri.sock"
+# Plugins crius starts itself: executables named "<two-digit index>-<name>" in this directory...
+plugin_path = "/opt/nri/plugins"
+# ...each given "<index>-<name>.conf" or "<name>.conf" from here as its configuration.
+plugin_config_path = "/etc/nri/conf.d"
+# How long a plugin may take to register, be configured and be synchronized ("5s", "500ms")...
+plugin_registration_timeout = "5s"
+# ...and to answer one event; a plugin that does not is disconnected.
+plugin_request_timeout = "2s"
+# Serve no socket: only the plugins of plugin_path.
+disable_connections = false
 "#;
 
 /// The effective configuration of a running crius.
@@ -184,6 +202,7 @@ pub struct Config {
     pub stream: StreamConfig,
     pub images: ImagesConfig,
     pub metrics: MetricsConfig,
+    pub nri: NriConfig,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -403,6 +422,59 @@ impl Default for MetricsConfig {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NriConfig {
+    pub enable: bool,
+    pub socket_path: PathBuf,
+    pub plugin_path: PathBuf,
+    pub plugin_config_path: PathBuf,
+    pub plugin_registration_timeout: String,
+    pub plugin_request_timeout: String,
+    pub disable_connections: bool,
+}
+
+impl Default for NriConfig {
+    fn default() -> Self {
+        NriConfig {
+            enable: true,
+            socket_path: PathBuf::from("/var/run/nri/nri.sock"),
+            plugin_path: PathBuf::from("/opt/nri/plugins"),
+            plugin_config_path: PathBuf::from("/etc/nri/conf.d"),
+            plugin_registration_timeout: "5s".to_string(),
+            plugin_request_timeout: "2s".to_string(),
+            disable_connections: false,
+        }
+    }
+}
+
+impl NriConfig {
+    /// `plugin_registration_timeout` (checked when the configuration was read).
+    pub fn registration_timeout(&self) -> std::time::Duration {
+        parse_duration(&self.plugin_registration_timeout)
+            .unwrap_or(std::time::Duration::from_secs(5))
+    }
+
+    /// `plugin_request_timeout` (checked when the configuration was read).
+    pub fn request_timeout(&self) -> std::time::Duration {
+        parse_duration(&self.plugin_request_timeout).unwrap_or(std::time::Duration::from_secs(2))
+    }
+}
+
+/// `"500ms"`, `"2s"`, `"1m"`: a positive whole number and a unit.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (n, unit) = text.split_at(split);
+    let n: u64 = n.parse().ok().filter(|n| *n > 0)?;
+    let ms = match unit {
+        "ms" => n,
+        "s" => n.checked_mul(1000)?,
+        "m" => n.checked_mul(60_000)?,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_millis(ms))
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -419,6 +491,7 @@ impl Default for Config {
             stream: StreamConfig::default(),
             images: ImagesConfig::default(),
             metrics: MetricsConfig::default(),
+            nri: NriConfig::default(),
         }
     }
 }
@@ -660,6 +733,32 @@ impl Config {
             return Err(invalid(
                 "images.pinned",
                 format!("an empty pattern pins nothing: {p:?}"),
+            ));
+        }
+        for (key, value) in [
+            (
+                "nri.plugin_registration_timeout",
+                &self.nri.plugin_registration_timeout,
+            ),
+            (
+                "nri.plugin_request_timeout",
+                &self.nri.plugin_request_timeout,
+            ),
+        ] {
+            if parse_duration(value).is_none_or(|d| d > std::time::Duration::from_secs(3600)) {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "a duration such as \"2s\" or \"500ms\" up to an hour: {:?}",
+                        crate::util::excerpt(value)
+                    ),
+                ));
+            }
+        }
+        if !self.nri.socket_path.is_absolute() {
+            return Err(invalid(
+                "nri.socket_path",
+                format!("must be absolute: {:?}", self.nri.socket_path),
             ));
         }
         let ns = &self.metrics.namespace;

@@ -50,6 +50,8 @@ pub struct Daemon {
     pub(crate) metrics_endpoint: crate::telemetry::server::Endpoint,
     /// `[images] pinned` in force (SIGHUP replaces it).
     pinned: std::sync::RwLock<crate::config::ImagesConfig>,
+    /// NRI plugins and the lock ordering their synchronization against lifecycle calls.
+    pub(crate) nri: Arc<crate::nri::Nri>,
 }
 
 impl Daemon {
@@ -147,6 +149,7 @@ impl Daemon {
         );
         let pause_binary = config.state.join("bin").join("crius-pause");
         let images_config = config.images.clone();
+        let nri = Arc::new(crate::nri::Nri::new(&config.nri));
         Ok(Arc::new(Daemon {
             config,
             store,
@@ -166,6 +169,7 @@ impl Daemon {
             events: crate::events::Events::default(),
             metrics_endpoint: Default::default(),
             pinned: std::sync::RwLock::new(images_config),
+            nri,
         }))
     }
 
@@ -196,6 +200,7 @@ impl Daemon {
         self.network_from_kept_cidr();
         self.recover_containers().await;
         self.recover_pods().await;
+        self.start_nri();
         self.streams
             .start(&self.config.stream)
             .await

@@ -15,6 +15,7 @@ pub mod layout;
 pub mod logging;
 pub mod mounts;
 pub mod notify;
+pub mod nri;
 pub mod pod;
 pub mod pod_cidr;
 pub mod records;

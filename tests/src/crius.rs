@@ -68,6 +68,15 @@ impl Crius {
         let bin = binary("crius")?;
         let dir = TestDir::new("daemon")?;
         let config = dir.join("config.toml");
+        // Each crius its own NRI socket, so parallel tests do not contend for the node's.
+        let config_toml = if config_toml.contains("[nri]") {
+            config_toml.to_string()
+        } else {
+            format!(
+                "{config_toml}\n[nri]\nsocket_path = \"{}\"\n",
+                dir.join("nri.sock").display()
+            )
+        };
         std::fs::write(&config, config_toml)
             .map_err(|source| Error::io("write crius config", &config, source))?;
         let data = match under {
@@ -133,6 +142,11 @@ impl Crius {
     /// The socket path (without `unix://`).
     pub fn socket(&self) -> PathBuf {
         self.dir.join("crius.sock")
+    }
+
+    /// The NRI socket (`[nri] socket_path` unless the test's config sets its own).
+    pub fn nri_socket(&self) -> PathBuf {
+        self.dir.join("nri.sock")
     }
 
     /// `--config`

@@ -120,6 +120,17 @@ impl Daemon {
     ) -> Result<String> {
         validate(&config)?;
         let pod = self.pod(pod_id)?;
+        // A pod still starting is refused at once, not after its start (which may be waiting
+        // for an NRI plugin) releases the lock.
+        if pod.state == SandboxState::Creating {
+            return Err(Error::FailedPrecondition(format!(
+                "pod sandbox {} is not ready: it is still starting",
+                pod.id
+            )));
+        }
+        // Held to the end: a plugin synchronizing meanwhile sees this container in its
+        // snapshot or as an event, never neither nor both.
+        let _nri_sync = self.nri.block_sync().await;
         let _pod_lock = self.locks.lock(&pod.id).await;
         let pod = self.pod(&pod.id)?;
         if pod.state != SandboxState::Ready {
@@ -215,6 +226,13 @@ impl Daemon {
                 self.watch_exit(pod.id.clone(), id.clone());
                 self.events
                     .emit(ContainerEventType::ContainerCreatedEvent, &id, &pod.id);
+                self.nri
+                    .post(
+                        crius_api::nri::api::Event::PostCreateContainer,
+                        || self.nri_pod(&pod.id),
+                        || self.nri_container_id(&id),
+                    )
+                    .await;
                 Ok(id)
             }
             Err(e) => {
@@ -330,6 +348,9 @@ impl Daemon {
         if handler.oci_runtime().is_some() {
             crate::spec::set_userns_mappings(&mut spec, pod_config)?;
         }
+        if self.nri.enabled() {
+            spec = self.nri_adjust(&mut record, &pod, spec).await?;
+        }
         write_spec(&paths.bundle, &spec)?;
         // A working directory the image lacks is made, as runc does under containerd.
         if let Some(cwd) = spec.process().as_ref().map(|p| p.cwd()) {
@@ -365,6 +386,42 @@ impl Daemon {
         record.state = ContainerState::Created;
         self.containers.put(&self.store, &id, record)?;
         Ok(())
+    }
+
+    /// Asks NRI plugins about the container about to be created and applies what they adjust
+    /// to its spec (and its recorded resources); their updates of other containers are
+    /// applied in the background, outside this pod's lock.
+    async fn nri_adjust(
+        self: &Arc<Self>,
+        record: &mut ContainerRecord,
+        pod: &crate::records::SandboxRecord,
+        spec: oci_spec::runtime::Spec,
+    ) -> Result<oci_spec::runtime::Spec> {
+        let mut json =
+            serde_json::to_value(&spec).map_err(|e| Error::internal("spec as JSON for NRI", e))?;
+        let nri_pod = crate::nri::convert::pod(pod);
+        let nri_container = crate::nri::convert::container(record, Some(&json));
+        let (adjustment, updates) = self.nri.create_container(&nri_pod, &nri_container).await?;
+        if !updates.is_empty() {
+            let daemon = Arc::clone(self);
+            tokio::spawn(async move {
+                daemon.nri_apply_updates(updates).await;
+            });
+        }
+        if adjustment.is_empty() {
+            return Ok(spec);
+        }
+        adjustment.apply(&mut json);
+        let adjusted: oci_spec::runtime::Spec =
+            serde_json::from_value(json.clone()).map_err(|e| {
+                Error::FailedPrecondition(format!(
+                    "NRI plugins' adjustments make an invalid OCI spec: {e}"
+                ))
+            })?;
+        let resources = crate::nri::convert::resources(&json["linux"]["resources"]);
+        let current = record.resources().unwrap_or_default();
+        record.resources = crate::nri::convert::to_cri(&resources, &current).encode_to_vec();
+        Ok(adjusted)
     }
 
     /// The pod's user namespace, when it has one, for the container's idmapped mounts.

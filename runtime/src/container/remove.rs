@@ -70,6 +70,20 @@ impl Daemon {
         }
         self.store.release_name(&c.name, id)?;
         self.containers.remove(&self.store, id)?;
+        let updates = self
+            .nri
+            .remove_container(
+                id,
+                || self.nri_pod(&c.sandbox_id),
+                || self.nri_container(&c),
+            )
+            .await;
+        if !updates.is_empty() {
+            let daemon = Arc::clone(self);
+            tokio::spawn(async move {
+                daemon.nri_apply_updates(updates).await;
+            });
+        }
         if c.state != ContainerState::Creating {
             self.events
                 .emit(ContainerEventType::ContainerDeletedEvent, id, &c.sandbox_id);

@@ -22,6 +22,10 @@ impl Daemon {
             )));
         }
         let shim = self.shims.get(&c.sandbox_id).await?;
+        // Plugins see the start before the process runs; a refusal leaves it created.
+        self.nri
+            .start_container(|| self.nri_pod(&c.sandbox_id), || self.nri_container(&c))
+            .await?;
         // Taken before the start: a quick process may be done before the call returns, and
         // its finish time must not come before its start time.
         let started_at = now_nanos();
@@ -40,6 +44,13 @@ impl Daemon {
             &c.id,
             &c.sandbox_id,
         );
+        self.nri
+            .post(
+                crius_api::nri::api::Event::PostStartContainer,
+                || self.nri_pod(&c.sandbox_id),
+                || self.nri_container_id(&c.id),
+            )
+            .await;
         Ok(())
     }
 }

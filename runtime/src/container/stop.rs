@@ -19,8 +19,49 @@ impl Daemon {
         self.stop_container_locked(&lock, timeout).await
     }
 
-    /// Stops the container whose lock `held` is.
+    /// Stops the container whose lock `held` is, then tells NRI plugins it stopped (once;
+    /// its own exit may have told them already).
     pub(crate) async fn stop_container_locked(
+        self: &Arc<Self>,
+        held: &LockGuard<'_>,
+        timeout: i64,
+    ) -> Result<()> {
+        self.stop_container_process(held, timeout).await?;
+        self.nri_container_stopped(held.id()).await;
+        Ok(())
+    }
+
+    /// Tells NRI plugins that container `id` has stopped, unless they were told already; the
+    /// updates of other containers they answer are applied in the background (their locks
+    /// may be held by the caller's caller).
+    pub(crate) async fn nri_container_stopped(self: &Arc<Self>, id: &str) {
+        if !self.nri.enabled() {
+            return;
+        }
+        let Some(c) = self.containers.get(id) else {
+            return;
+        };
+        if c.state != ContainerState::Exited {
+            return;
+        }
+        let updates = self
+            .nri
+            .stop_container(
+                id,
+                || self.nri_pod(&c.sandbox_id),
+                || self.nri_container(&c),
+            )
+            .await;
+        if !updates.is_empty() {
+            let daemon = Arc::clone(self);
+            tokio::spawn(async move {
+                daemon.nri_apply_updates(updates).await;
+            });
+        }
+    }
+
+    /// Stops the process of the container whose lock `held` is.
+    async fn stop_container_process(
         self: &Arc<Self>,
         held: &LockGuard<'_>,
         timeout: i64,

@@ -35,6 +35,54 @@ impl Daemon {
         linux: Option<LinuxContainerResources>,
     ) -> Result<()> {
         let c = self.container(id)?;
+        let Some(mut new) = linux else {
+            // A request with Windows resources only has nothing for Linux to do.
+            return self.apply_container_resources(&c.id, None).await;
+        };
+        let mut others = Vec::new();
+        if self.nri.active() {
+            let merged = cgroups::merge_resources(&c.resources().unwrap_or_default(), &new);
+            let updates = self
+                .nri
+                .update_container(
+                    || self.nri_pod(&c.sandbox_id),
+                    || self.nri_container(&c),
+                    crate::nri::convert::cri_resources(&merged),
+                )
+                .await?;
+            for u in updates {
+                match u.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+                    // what a plugin wants for this very container replaces the request
+                    Some(r) if u.container_id == c.id => new = crate::nri::convert::to_cri(r, &new),
+                    _ => others.push(u),
+                }
+            }
+        }
+        self.apply_container_resources(&c.id, Some(new)).await?;
+        if self.nri.active() {
+            let failed = self.nri_apply_updates(others).await;
+            if !failed.is_empty() {
+                tracing::warn!(container = %c.id, "nri: {} updates of other containers failed", failed.len());
+            }
+            self.nri
+                .post(
+                    crius_api::nri::api::Event::PostUpdateContainer,
+                    || self.nri_pod(&c.sandbox_id),
+                    || self.nri_container_id(&c.id),
+                )
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Applies `linux` over the container's resources (the body of
+    /// [`Daemon::update_container_resources`], also used for NRI plugins' updates).
+    pub(crate) async fn apply_container_resources(
+        self: &Arc<Self>,
+        id: &str,
+        linux: Option<LinuxContainerResources>,
+    ) -> Result<()> {
+        let c = self.container(id)?;
         let _lock = self.locks.lock(&c.id).await;
         let c = self.container(&c.id)?;
         if !matches!(c.state, ContainerState::Created | ContainerState::Running) {
@@ -43,7 +91,6 @@ impl Daemon {
                 c.id, c.state
             )));
         }
-        // A request with Windows resources only has nothing for Linux to do.
         let Some(new) = linux else {
             return Ok(());
         };

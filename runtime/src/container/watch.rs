@@ -45,8 +45,9 @@ impl Daemon {
                          crius was not running",
                     );
                 }
-                None => {}
+                None => return,
             }
+            daemon.nri_container_stopped(&id).await;
         });
     }
 

@@ -84,6 +84,9 @@ impl Daemon {
         }
         self.store.release_name(&record.name, id)?;
         self.sandboxes.remove(&self.store, id)?;
+        self.nri
+            .remove_pod_sandbox(id, || crate::nri::convert::pod(&record))
+            .await;
         if record.state != SandboxState::Creating {
             self.events
                 .emit(ContainerEventType::ContainerDeletedEvent, id, id);

@@ -142,6 +142,9 @@ impl Daemon {
     ) -> Result<String> {
         validate(&config)?;
         let handler = self.handlers().get(&runtime_handler)?;
+        // Held to the end: a plugin synchronizing meanwhile sees this pod in its snapshot or
+        // as an event, never neither nor both.
+        let _nri_sync = self.nri.block_sync().await;
         let id_maps = crate::spec::pod_id_maps(&config)?;
         if let Some(maps) = &id_maps {
             self.userns_support().map_err(|why| {
@@ -338,6 +341,13 @@ impl Daemon {
             .map_err(|e| Error::internal("apply pod resources", e))??;
         let pid = shim.start(&id).await?;
         record.pause_pid = u32::try_from(pid).ok();
+        // Still Creating, so not listed: plugins see the pod before any client can use it,
+        // and a plugin's refusal undoes it.
+        if self.nri.enabled() {
+            let mut nri_pod = crate::nri::convert::pod(&record);
+            nri_pod.pid = record.pause_pid.unwrap_or(0);
+            self.nri.run_pod_sandbox(&nri_pod).await?;
+        }
         record.state = SandboxState::Ready;
         self.sandboxes.put(&self.store, &id, record)?;
         Ok(())

@@ -41,6 +41,10 @@ impl Daemon {
             let lock = self.locks.lock(&c.id).await;
             self.stop_container_locked(&lock, 0).await?;
         }
+        // Plugins hear of the stop with the containers stopped and the pod still there.
+        self.nri
+            .stop_pod_sandbox(id, || crate::nri::convert::pod(&record))
+            .await;
         if let Ok(shim) = self.shims.get(id).await {
             if record.pause_pid.is_some() {
                 let _ = shim.kill(id, libc::SIGKILL, true).await;

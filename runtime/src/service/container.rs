@@ -98,6 +98,13 @@ pub async fn status(
     req: ContainerStatusRequest,
 ) -> Result<ContainerStatusResponse> {
     let r = d.container(&req.container_id)?;
+    // Not listed either: it exists for clients once CreateContainer has returned its id.
+    if r.state == State::Creating {
+        return Err(Error::NotFound(format!(
+            "container {} is still being created",
+            r.id
+        )));
+    }
     let status = container_status(d, &r);
     let mut info = HashMap::new();
     if req.verbose {

@@ -147,10 +147,12 @@ fn matches(r: &SandboxRecord, config: &PodSandboxConfig, f: &PodSandboxFilter) -
 
 fn list_items(d: &Daemon, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {
     let filter = filter.unwrap_or_default();
+    // A pod whose start is under way (NRI plugins may be looking at it) is not listed yet.
     let mut items: Vec<PodSandbox> = d
         .sandboxes
         .all()
         .into_iter()
+        .filter(|r| r.state != SandboxState::Creating)
         .filter_map(|r| {
             let config = r.config();
             matches(&r, &config, &filter).then(|| PodSandbox {

@@ -65,7 +65,9 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
 /// `configFiles`, the files it did read (that file if it exists, then its drop-ins);
 /// `startedAt`, when this crius started, in nanoseconds since the epoch like every CRI
 /// timestamp; `pid`; `pulls`, the image pulls under way (`image`, `doneBytes`, `totalBytes`,
-/// `elapsedSeconds`). `crius status` prints them.
+/// `elapsedSeconds`); `nri`, whether NRI is on (`enabled`), its socket or why there is none
+/// (`socket`) and the connected plugins in event order (`plugins`: `index`, `name`,
+/// `launched` for those crius started). `crius status` prints them.
 fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
     let json_path = |p: &std::path::Path| serde_json::Value::from(p.display().to_string());
     let source = &daemon.config.source;
@@ -88,7 +90,23 @@ fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
         ("startedAt".to_string(), started_at.to_string()),
         ("pid".to_string(), std::process::id().to_string()),
         ("pulls".to_string(), pulls_json(daemon)),
+        ("nri".to_string(), nri_json(daemon)),
     ])
+}
+
+fn nri_json(daemon: &Daemon) -> String {
+    let plugins: Vec<serde_json::Value> = daemon
+        .nri
+        .plugins()
+        .iter()
+        .map(|p| serde_json::json!({"index": p.index, "name": p.name, "launched": p.launched}))
+        .collect();
+    serde_json::json!({
+        "enabled": daemon.nri.enabled(),
+        "socket": daemon.nri.socket_state(),
+        "plugins": plugins,
+    })
+    .to_string()
 }
 
 fn pulls_json(daemon: &Daemon) -> String {

@@ -69,13 +69,13 @@ impl Crius {
         let dir = TestDir::new("daemon")?;
         let config = dir.join("config.toml");
         // Each crius its own NRI socket, so parallel tests do not contend for the node's.
-        let config_toml = if config_toml.contains("[nri]") {
-            config_toml.to_string()
+        let socket_line = format!("socket_path = \"{}\"\n", dir.join("nri.sock").display());
+        let config_toml = if !config_toml.contains("[nri]") {
+            format!("{config_toml}\n[nri]\n{socket_line}")
+        } else if !config_toml.contains("socket_path") {
+            config_toml.replacen("[nri]\n", &format!("[nri]\n{socket_line}"), 1)
         } else {
-            format!(
-                "{config_toml}\n[nri]\nsocket_path = \"{}\"\n",
-                dir.join("nri.sock").display()
-            )
+            config_toml.to_string()
         };
         std::fs::write(&config, config_toml)
             .map_err(|source| Error::io("write crius config", &config, source))?;
@@ -144,7 +144,7 @@ impl Crius {
         self.dir.join("crius.sock")
     }
 
-    /// The NRI socket (`[nri] socket_path` unless the test's config sets its own).
+    /// The NRI socket (`[nri] socket_path`, unless the test's config names its own).
     pub fn nri_socket(&self) -> PathBuf {
         self.dir.join("nri.sock")
     }

@@ -86,6 +86,10 @@ pub enum Error {
     /// crius took connections but did not answer a call.
     #[error("crius does not serve: {0}")]
     Serve(String),
+
+    /// Something a fixture waited for did not happen in time.
+    #[error("timed out waiting for {0}")]
+    Timeout(String),
 }
 
 impl Error {

@@ -27,6 +27,7 @@ pub mod crius;
 mod error;
 mod http;
 pub mod images;
+pub mod nri;
 mod process;
 pub mod registry;
 pub mod streaming;

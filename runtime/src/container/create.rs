@@ -348,8 +348,11 @@ impl Daemon {
         if handler.oci_runtime().is_some() {
             crate::spec::set_userns_mappings(&mut spec, pod_config)?;
         }
-        if self.nri.enabled() {
+        // No plugin can connect meanwhile (this create holds off their synchronization).
+        if self.nri.active() {
             spec = self.nri_adjust(&mut record, &pod, spec).await?;
+        } else {
+            self.nri.note_created(&id);
         }
         write_spec(&paths.bundle, &spec)?;
         // A working directory the image lacks is made, as runc does under containerd.

@@ -219,6 +219,14 @@ impl Nri {
         Ok(())
     }
 
+    /// Records that pod or container `id` exists, made while no plugin was connected (a
+    /// plugin that connects later hears of its stop and removal).
+    pub fn note_created(&self, id: &str) {
+        if self.config.enable {
+            lock(&self.known).insert(id.to_string());
+        }
+    }
+
     /// `RunPodSandbox`: every plugin must accept the pod.
     pub async fn run_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<()> {
         if !self.config.enable {

@@ -343,10 +343,12 @@ impl Daemon {
         record.pause_pid = u32::try_from(pid).ok();
         // Still Creating, so not listed: plugins see the pod before any client can use it,
         // and a plugin's refusal undoes it.
-        if self.nri.enabled() {
-            let mut nri_pod = crate::nri::convert::pod(&record);
-            nri_pod.pid = record.pause_pid.unwrap_or(0);
-            self.nri.run_pod_sandbox(&nri_pod).await?;
+        if self.nri.active() {
+            self.nri
+                .run_pod_sandbox(&crate::nri::convert::pod(&record))
+                .await?;
+        } else {
+            self.nri.note_created(&id);
         }
         record.state = SandboxState::Ready;
         self.sandboxes.put(&self.store, &id, record)?;

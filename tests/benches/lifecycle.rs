@@ -36,7 +36,7 @@
 //! process whose RSS is reported with the pods running.
 //!
 //! `--serve --hosts-dir DIR` only pushes the images, writes the mirror and keeps the registry up
-//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image; `--runtime-handler NAME` runs every pod under that RuntimeClass handler; `--crius-log FILE` keeps crius's log (info level) there; `--metrics ADDRESS` turns crius's metrics endpoint on
+//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image; `--runtime-handler NAME` runs every pod under that RuntimeClass handler; `--crius-log FILE` keeps crius's log (info level) there; `--nri off|on|plugin` runs crius with NRI off, on without a plugin (the default), or with one test plugin connected that takes every event and adjusts nothing; `--metrics ADDRESS` turns crius's metrics endpoint on
 //! (`[metrics] address`) and scrapes it once with the pods running (its size and time).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -82,6 +82,9 @@ struct Args {
     metrics: Option<String>,
     serve: bool,
     handler: String,
+    /// `off`: `[nri] enable = false`; `on` (the default): NRI on, no plugin; `plugin`: one
+    /// test plugin connected that subscribes to every event and adjusts nothing.
+    nri: String,
 }
 
 fn parse_args() -> Result<Args> {
@@ -97,6 +100,7 @@ fn parse_args() -> Result<Args> {
         metrics: None,
         serve: false,
         handler: String::new(),
+        nri: "on".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -119,6 +123,12 @@ fn parse_args() -> Result<Args> {
             "--serve" => args.serve = true,
             "--runtime-handler" => args.handler = value()?,
             "--metrics" => args.metrics = Some(value()?),
+            "--nri" => {
+                args.nri = value()?;
+                if !["on", "off", "plugin"].contains(&args.nri.as_str()) {
+                    return Err(format!("--nri {}: on, off or plugin", args.nri).into());
+                }
+            }
             // cargo bench passes --bench to every harness = false target.
             "--bench" => {}
             other => return Err(format!("unknown argument {other}").into()),
@@ -193,10 +203,31 @@ async fn run(args: &Args) -> Result<()> {
     }
 
     let mut daemon = None;
+    // kept for the whole run
+    let mut _nri_plugin = None;
     let (channel, daemon_pid, names) = match &args.endpoint {
         None => {
-            let d = Daemon::start(&work, args.crius_log.as_deref(), args.metrics.as_deref())?;
+            let d = Daemon::start(
+                &work,
+                args.crius_log.as_deref(),
+                args.metrics.as_deref(),
+                &args.nri,
+            )?;
             let channel = d.connect().await?;
+            if args.nri == "plugin" {
+                let socket = work.join("crius").join("nri.sock");
+                let p = crius_tests::nri::Plugin::connect(
+                    &socket,
+                    "bench",
+                    "50",
+                    crius_tests::nri::Behaviour::default(),
+                )
+                .await?;
+                println!("nri: one plugin connected (every event, no adjustment)");
+                _nri_plugin = Some(p);
+            } else {
+                println!("nri: {}", args.nri);
+            }
             let pid = d.pid();
             daemon = Some(d);
             let host = registry.host_port();
@@ -871,7 +902,12 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(work: &TestDir, log: Option<&Path>, metrics: Option<&str>) -> Result<Daemon> {
+    fn start(
+        work: &TestDir,
+        log: Option<&Path>,
+        metrics: Option<&str>,
+        nri: &str,
+    ) -> Result<Daemon> {
         let bin = crius_tests::binary("crius")?;
         // The shim the bench measures is the one the daemon starts, so A/B runs of two shim
         // builds work; made absolute, as the daemon resolves it itself.
@@ -901,6 +937,10 @@ impl Daemon {
                 metrics.map_or(String::new(), |a| format!(
                     "\n[metrics]\naddress = \"{a}\"\n"
                 ))
+            ) + &format!(
+                "\n[nri]\nenable = {}\nsocket_path = \"{}\"\n",
+                nri != "off",
+                dir.join("nri.sock").display()
             ),
         )?;
         let socket = dir.join("crius.sock");

@@ -108,11 +108,19 @@ impl Drop for Plugin {
 }
 
 impl Plugin {
-    /// Connects to `socket` as `<index>-<name>` and waits until crius has synchronized it.
+    /// Connects to `socket` as `<index>-<name>` (waiting up to 10 s for crius to serve it)
+    /// and waits until crius has synchronized it.
     pub async fn connect(socket: &Path, name: &str, index: &str, b: Behaviour) -> Result<Plugin> {
-        let stream = UnixStream::connect(socket)
-            .await
-            .map_err(|e| Error::io("connect to the NRI socket", socket, e))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let stream = loop {
+            match UnixStream::connect(socket).await {
+                Ok(s) => break s,
+                Err(_) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(Error::io("connect to the NRI socket", socket, e)),
+            }
+        };
         let plugin = Plugin::serve(stream, name, index, b);
         plugin.wait_synchronized(Duration::from_secs(10)).await?;
         Ok(plugin)
@@ -358,6 +366,11 @@ async fn handle(
                 r.container.as_ref(),
             );
             Ok(api::UpdateContainerResponse::default().encode_to_vec())
+        }
+        "UpdatePodSandbox" => {
+            let r = api::UpdatePodSandboxRequest::decode(p).map_err(bad)?;
+            record(seen, "UpdatePodSandbox", r.pod.as_ref(), None);
+            Ok(api::UpdatePodSandboxResponse {}.encode_to_vec())
         }
         "Shutdown" => Ok(api::Empty {}.encode_to_vec()),
         other => Err(format!("{other} is not handled by the test plugin")),

@@ -119,6 +119,29 @@ async fn a_plugin_adjusts_env_mounts_and_cpu_and_sees_every_event_in_order() {
     let cpu = status.resources.and_then(|r| r.linux).unwrap();
     assert_eq!((cpu.cpu_quota, cpu.cpu_period), (20000, 100000));
 
+    let more_cpu = LinuxContainerResources {
+        cpu_quota: 50000,
+        cpu_period: 100000,
+        ..Default::default()
+    };
+    env.rt()
+        .update_container_resources(UpdateContainerResourcesRequest {
+            container_id: c.clone(),
+            linux: Some(more_cpu.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(cpu_limit(&env, &c).await, "50000 100000");
+    env.rt()
+        .update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest {
+            pod_sandbox_id: pod.clone(),
+            resources: Some(more_cpu),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
     env.stop(&c, 0).await;
     env.remove(&c).await;
     env.stop_pod(&pod).await;
@@ -136,13 +159,21 @@ async fn a_plugin_adjusts_env_mounts_and_cpu_and_sees_every_event_in_order() {
             "PostCreateContainer",
             "StartContainer",
             "PostStartContainer",
+            "UpdateContainer",
+            "PostUpdateContainer",
             "StopContainer",
             "RemoveContainer"
         ]
     );
     assert_eq!(
         p.events_of(&pod),
-        ["RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"]
+        [
+            "RunPodSandbox",
+            "UpdatePodSandbox",
+            "PostUpdatePodSandbox",
+            "StopPodSandbox",
+            "RemovePodSandbox"
+        ]
     );
     p.with_seen(|s| {
         let create = s

@@ -150,6 +150,16 @@ impl Daemon {
         let _lock = self.locks.lock(&pod.id).await;
         let pod = self.pod(&pod.id)?;
         let mut config: PodSandboxConfig = pod.config();
+        if self.nri.active() {
+            let conv = crate::nri::convert::cri_resources;
+            self.nri
+                .update_pod_sandbox(
+                    crate::nri::convert::pod(&pod),
+                    overhead.as_ref().map(conv),
+                    resources.as_ref().map(conv),
+                )
+                .await?;
+        }
         let linux = config.linux.get_or_insert_with(Default::default);
         linux.overhead = overhead;
         linux.resources = resources;
@@ -165,7 +175,13 @@ impl Daemon {
         tokio::task::spawn_blocking(move || cgroups::apply_pod_resources(&path, &config))
             .await
             .map_err(|e| Error::internal("apply pod resources", e))?
-            .map_err(|e| annotate(e, &pod.id))
+            .map_err(|e| annotate(e, &pod.id))?;
+        if self.nri.active() {
+            self.nri
+                .post_update_pod_sandbox(self.nri_pod(&pod.id))
+                .await;
+        }
+        Ok(())
     }
 }
 

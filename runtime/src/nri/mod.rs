@@ -271,6 +271,43 @@ impl Nri {
         }
     }
 
+    /// `UpdatePodSandbox`: a plugin error fails the update.
+    pub async fn update_pod_sandbox(
+        &self,
+        pod: api::PodSandbox,
+        overhead: Option<api::LinuxResources>,
+        resources: Option<api::LinuxResources>,
+    ) -> Result<()> {
+        let req = api::UpdatePodSandboxRequest {
+            pod: Some(pod),
+            overhead_linux_resources: overhead,
+            linux_resources: resources,
+        };
+        for (plugin, result) in self
+            .deliver::<_, api::UpdatePodSandboxResponse>(
+                api::Event::UpdatePodSandbox,
+                "UpdatePodSandbox",
+                &req,
+            )
+            .await
+        {
+            result.map_err(|e| {
+                plugin_error(
+                    format!("NRI plugin {plugin} failed UpdatePodSandbox: {e}"),
+                    &e,
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `PostUpdatePodSandbox`: errors logged.
+    pub async fn post_update_pod_sandbox(&self, pod: api::PodSandbox) {
+        let _ = self
+            .state_change(api::Event::PostUpdatePodSandbox, &pod, None, false)
+            .await;
+    }
+
     /// `CreateContainer`: the plugins' adjustments merged (a field two plugins set is an
     /// error naming both), and the updates they ask for other containers.
     pub async fn create_container(

@@ -60,6 +60,10 @@ async fn status_reports_version_uptime_config_and_counts_by_state() {
     assert_eq!(field(&status, "pods"), "0");
     assert_eq!(field(&status, "containers"), "0");
     assert_eq!(field(&status, "pulls"), "none");
+    assert_eq!(
+        field(&status, "nri"),
+        format!("{}, no plugin connected", env.crius.nri_socket().display())
+    );
     assert!(
         field(&status, "handlers").starts_with("(default)"),
         "{status}"

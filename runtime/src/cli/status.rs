@@ -48,6 +48,9 @@ pub struct Report {
     pub containers: Vec<(&'static str, usize)>,
     /// Image pulls under way.
     pub pulls: Vec<Pull>,
+    /// NRI: off (`None`), else its socket (or why none) and the connected plugins
+    /// (`<index>-<name>`, in event order).
+    pub nri: Option<(String, Vec<String>)>,
 }
 
 /// An image pull under way, as a verbose Status reports it.
@@ -139,9 +142,29 @@ async fn query_unbounded(socket: &Path) -> anyhow::Result<Report> {
                 .unwrap_or_default(),
         })
         .collect();
+    let nri = json("nri").and_then(|v| {
+        (v["enabled"] == true).then(|| {
+            let plugins = v["plugins"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| {
+                            format!(
+                                "{}-{}",
+                                p["index"].as_str().unwrap_or(""),
+                                p["name"].as_str().unwrap_or("")
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            (v["socket"].as_str().unwrap_or("").to_string(), plugins)
+        })
+    });
     Ok(Report {
         socket: socket.to_path_buf(),
         pulls,
+        nri,
         runtime_name: version.runtime_name,
         runtime_version: version.runtime_version,
         runtime_api_version: version.runtime_api_version,
@@ -313,8 +336,17 @@ impl fmt::Display for Report {
         writeln!(f, "handlers:    {}", handlers.join(", "))?;
         let pulls: Vec<String> = self.pulls.iter().map(Pull::to_string).collect();
         match pulls.is_empty() {
-            true => writeln!(f, "pulls:       none"),
-            false => writeln!(f, "pulls:       {}", pulls.join("; ")),
+            true => writeln!(f, "pulls:       none")?,
+            false => writeln!(f, "pulls:       {}", pulls.join("; "))?,
+        }
+        match &self.nri {
+            None => writeln!(f, "nri:         off"),
+            Some((socket, plugins)) if plugins.is_empty() => {
+                writeln!(f, "nri:         {socket}, no plugin connected")
+            }
+            Some((socket, plugins)) => {
+                writeln!(f, "nri:         {socket}, plugins {}", plugins.join(", "))
+            }
         }
     }
 }
@@ -392,6 +424,7 @@ mod tests {
                     elapsed: Duration::from_secs(1),
                 },
             ],
+            nri: Some(("/var/run/nri/nri.sock".into(), vec!["10-logger".into()])),
         };
         assert_eq!(
             report.to_string(),
@@ -402,7 +435,8 @@ mod tests {
              pods:        1 (1 ready)\n\
              containers:  3 (2 running, 1 exited)\n\
              handlers:    (default) [recursive read-only mounts]\n\
-             pulls:       docker.io/library/nginx:1 12.5 of 50.0 MB (25%), 7s; quay.io/x:2 0.0 MB, 1s\n"
+             pulls:       docker.io/library/nginx:1 12.5 of 50.0 MB (25%), 7s; quay.io/x:2 0.0 MB, 1s\n\
+             nri:         /var/run/nri/nri.sock, plugins 10-logger\n"
         );
     }
 }

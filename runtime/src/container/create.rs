@@ -265,6 +265,7 @@ impl Daemon {
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, &id);
         let staging = volumes::staging_dir(&paths.bundle);
         let userns = self.pod_userns(&pod.id, pod_config)?;
+        let mut phases = crate::util::Phases::start();
         let lowerdirs = self.images.lease(&id, &record.image_id)?;
         volumes::mount_rootfs(
             &lowerdirs,
@@ -274,6 +275,7 @@ impl Daemon {
             &staging,
             userns.as_ref(),
         )?;
+        phases.mark("rootfs");
         let image_record = self
             .images
             .get(&record.image_id)?
@@ -323,7 +325,9 @@ impl Daemon {
                 &with_image_volumes
             }
         };
+        phases.mark("image_config");
         let staged_config = self.stage_volumes(&id, mount_config, &staging, userns.as_ref())?;
+        phases.mark("volumes");
         let spec = crate::spec::container_spec(&crate::spec::ContainerSpecInput {
             container_id: &id,
             sandbox_id: &pod.id,
@@ -354,6 +358,7 @@ impl Daemon {
         } else {
             self.nri.note_created(&id);
         }
+        phases.mark("spec");
         write_spec(&paths.bundle, &spec)?;
         // A working directory the image lacks is made, as runc does under containerd.
         if let Some(cwd) = spec.process().as_ref().map(|p| p.cwd()) {
@@ -372,6 +377,7 @@ impl Daemon {
                 })?;
             }
         }
+        phases.mark("bundle");
         let shim = self.shims.get(&pod.id).await?;
         let pid = shim
             .create_container(crius_api::shim::CreateContainer {
@@ -386,6 +392,8 @@ impl Daemon {
             .await?;
         cgroups::attach(&pod.cgroup, &id, pid).await?;
         record.pid = u32::try_from(pid).ok();
+        phases.mark("shim_create");
+        tracing::debug!(container = %id, phases = %phases, "create phases");
         record.state = ContainerState::Created;
         self.containers.put(&self.store, &id, record)?;
         Ok(())

@@ -242,6 +242,7 @@ impl Daemon {
         id_maps: Option<crate::userns::IdMaps>,
     ) -> Result<()> {
         let id = record.id.clone();
+        let mut phases = crate::util::Phases::start();
         let paths = PodPaths::new(&self.config.state, &id);
         std::fs::create_dir_all(&paths.dir)
             .map_err(|e| Error::internal(format!("create {}", paths.dir.display()), e))?;
@@ -258,6 +259,7 @@ impl Daemon {
             Some(paths.shm.clone())
         };
 
+        phases.mark("files");
         let id_maps_root = id_maps.as_ref().and_then(|m| m.host_root());
         if let Some((uid, gid)) = id_maps_root {
             // the pod's root owns its /etc files, as it would without a user namespace
@@ -274,6 +276,7 @@ impl Daemon {
             })
             .await
             .map_err(|e| Error::internal("create netns", e))??;
+            phases.mark("netns");
             // Not written to the database yet: teardown derives the netns path and the CNI
             // attachment from the id, so a crash before the final write leaks nothing, and a
             // pod start pays two database syncs instead of four.
@@ -285,12 +288,14 @@ impl Daemon {
             let (ok, took) = (result.is_ok(), timer.elapsed());
             metrics.network_operation("set_up_pod", ok, took, &metrics.sandbox_create_network);
             let result = result?;
+            phases.mark("cni_add");
             let mut ips: Vec<std::net::IpAddr> = result.pod_ips();
             ips.sort_by_key(|ip| ip.is_ipv6());
             record.ips = ips.iter().map(|ip| ip.to_string()).collect();
         }
 
         let shim = self.shims.start(&id).await?;
+        phases.mark("shim_start");
         let rootfs = paths.pause_bundle.join("rootfs");
         std::fs::create_dir_all(&rootfs)
             .map_err(|e| Error::internal(format!("create {}", rootfs.display()), e))?;
@@ -332,6 +337,7 @@ impl Daemon {
                 runtime,
             })
             .await?;
+        phases.mark("pause_create");
         cgroups::attach(&record.cgroup, &id, pause).await?;
         // libcontainer has made the pod cgroup with the pause container: limit it before
         // anything runs in it.
@@ -340,6 +346,7 @@ impl Daemon {
             .await
             .map_err(|e| Error::internal("apply pod resources", e))??;
         let pid = shim.start(&id).await?;
+        phases.mark("pause_start");
         record.pause_pid = u32::try_from(pid).ok();
         // Still Creating, so not listed: plugins see the pod before any client can use it,
         // and a plugin's refusal undoes it.
@@ -352,6 +359,8 @@ impl Daemon {
         }
         record.state = SandboxState::Ready;
         self.sandboxes.put(&self.store, &id, record)?;
+        phases.mark("record");
+        tracing::debug!(pod = %id, phases = %phases, "run phases");
         Ok(())
     }
 }

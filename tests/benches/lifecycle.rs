@@ -701,7 +701,8 @@ async fn steady(
     Ok(lines)
 }
 
-/// User + system CPU time of process `pid` so far, in seconds (0 if it is gone).
+/// User + system CPU time of process `pid` and its reaped children so far, in seconds (0 if
+/// it is gone).
 fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
@@ -711,8 +712,9 @@ fn cpu_seconds(pid: u32) -> f64 {
         return 0.0;
     };
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // fields 14 and 15 of the line (utime, stime) are 12 and 13 after the name
-    let ticks: u64 = [11, 12]
+    // fields 14 to 17 of the line (utime, stime, and the same of reaped children: a shim's
+    // helpers, the daemon's CNI plugins) are 11 to 14 after the name
+    let ticks: u64 = [11, 12, 13, 14]
         .iter()
         .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<u64>().ok()))
         .sum();
@@ -743,6 +745,19 @@ fn phase_breakdown(log: &str, what: &str) -> Vec<String> {
             }
         }
     }
+    // in the order of the call with the most phases (a pod with a network)
+    let order: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .filter_map(|l| l.split_once("phases=").map(|(_, r)| r))
+        .max_by_key(|r| r.split_whitespace().count())
+        .map(|r| {
+            r.split_whitespace()
+                .filter_map(|kv| kv.split_once('=').map(|(n, _)| n.to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    phases.sort_by_key(|(name, _)| order.iter().position(|o| o == name));
     phases
         .into_iter()
         .map(|(name, mut v)| {

@@ -36,8 +36,27 @@
 //! process whose RSS is reported with the pods running.
 //!
 //! `--serve --hosts-dir DIR` only pushes the images, writes the mirror and keeps the registry up
-//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image; `--runtime-handler NAME` runs every pod under that RuntimeClass handler; `--crius-log FILE` keeps crius's log (info level) there; `--nri off|on|plugin` runs crius with NRI off, on without a plugin (the default), or with one test plugin connected that takes every event and adjusts nothing; `--metrics ADDRESS` turns crius's metrics endpoint on
-//! (`[metrics] address`) and scrapes it once with the pods running (its size and time).
+//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image;
+//! `--runtime-handler NAME` runs every pod under that RuntimeClass handler; `--crius-log FILE`
+//! keeps crius's log there; `--nri off|on|plugin` runs crius with NRI off, on without a plugin
+//! (the default), or with one test plugin connected that takes every event and adjusts
+//! nothing; `--metrics ADDRESS` turns crius's metrics endpoint on (`[metrics] address`) and
+//! scrapes it once with the pods running (its size and time).
+//!
+//! More, each opt-in:
+//! - `--steady SECS`: kubelet's steady call pattern over the `--pods` running pods for SECS
+//!   seconds (ListPodSandbox + ListContainers every second, ListContainerStats +
+//!   ListPodSandboxStats every 10 s, an ExecSync probe of each container every 10 s spread over
+//!   the period): CPU seconds per minute of the daemon and of the pods' shims (their reaped
+//!   children included), and their RSS afterwards;
+//! - `--burst`: pods with one container each started several at a time as kubelet does after a
+//!   node reboot: 20 pods 1, 2, 5, 10 and 20 at a time (the curve), 30 by 10 and 60 by 20; wall
+//!   time and each pod's p50 and p99.
+//!
+//! With crius started by the bench, its log has a debug line of the phases of every
+//! RunPodSandbox (files, netns, CNI ADD, shim start, pause create and start, record) and
+//! CreateContainer (rootfs, image config, volumes, spec, bundle, shim create), and the bench
+//! prints each phase's p50 and p95: where the time of a call goes inside crius.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;

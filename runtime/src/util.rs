@@ -291,6 +291,11 @@ impl Phases {
         }
     }
 
+    /// Adds step `name` that took `took` beside the others (one of several run at once).
+    pub fn add(&mut self, name: &'static str, took: std::time::Duration) {
+        self.took.push((name, took));
+    }
+
     /// Ends the step called `name` now.
     pub fn mark(&mut self, name: &'static str) {
         let now = std::time::Instant::now();

@@ -413,12 +413,7 @@ impl Daemon {
         let nri_pod = crate::nri::convert::pod(pod);
         let nri_container = crate::nri::convert::container(record, Some(&json));
         let (adjustment, updates) = self.nri.create_container(&nri_pod, &nri_container).await?;
-        if !updates.is_empty() {
-            let daemon = Arc::clone(self);
-            tokio::spawn(async move {
-                daemon.nri_apply_updates(updates).await;
-            });
-        }
+        self.nri_apply_later(updates);
         if adjustment.is_empty() {
             return Ok(spec);
         }

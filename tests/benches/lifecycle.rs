@@ -20,7 +20,8 @@
 //!   with the bridge network in a user namespace (when the runtime advertises them);
 //! - `CreateContainer` + `StartContainer` of busybox `sleep 3600`, also in a user-namespaced pod;
 //! - `ExecSync` of `true`;
-//! - `StopContainer` (timeout 0) + `RemoveContainer`;
+//! - `StopContainer` (timeout 0) + `RemoveContainer`, and `RemoveContainer` alone;
+//! - `StopPodSandbox` and then `RemovePodSandbox` of a pod with the bridge network;
 //! - RSS and PSS (`/proc/<pid>/smaps_rollup`) of the shim of a pod with one container;
 //! - the daemon's RSS with `--pods` pods running, each with one `sleep` container.
 //!
@@ -412,6 +413,7 @@ async fn measure(
             continue;
         }
         let mut times = Vec::with_capacity(n);
+        let (mut stops, mut removes) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for i in 0..=n {
             let mut config = bench.pod_config(host);
             if own_users {
@@ -419,13 +421,24 @@ async fn measure(
             }
             let (id, took) = timed(bench.run_pod(&config)).await;
             let id = id?;
+            let (stopped, stop_took) = timed(bench.stop_pod(&id)).await;
+            stopped?;
+            let (removed, remove_took) = timed(bench.remove_pod(&id)).await;
+            removed?;
             // The first run is a warm-up.
             if i > 0 {
                 times.push(took);
+                stops.push(stop_took);
+                removes.push(remove_took);
             }
-            bench.remove_pod(&id).await?;
         }
         report.ops.push((label, times));
+        if !host && !own_users {
+            report.ops.push(("StopPodSandbox (bridge CNI)", stops));
+            report
+                .ops
+                .push(("RemovePodSandbox (stopped, bridge CNI)", removes));
+        }
     }
 
     // Container operations in one pod without network.
@@ -434,6 +447,7 @@ async fn measure(
     let mut create_start = Vec::with_capacity(n);
     let mut exec = Vec::with_capacity(n);
     let mut stop_remove = Vec::with_capacity(n);
+    let mut removes = Vec::with_capacity(n);
     for i in 0..=n {
         let (id, took) = timed(bench.create_start(&pod, &pod_config)).await;
         let id = id?;
@@ -442,12 +456,15 @@ async fn measure(
         if code != 0 {
             return Err(format!("ExecSync true in {id} exited {code}").into());
         }
-        let (done, stop_took) = timed(bench.stop_remove(&id)).await;
+        let (done, stop_took) = timed(bench.stop(&id)).await;
+        done?;
+        let (done, remove_took) = timed(bench.remove(&id)).await;
         done?;
         if i > 0 {
             create_start.push(took);
             exec.push(exec_took);
-            stop_remove.push(stop_took);
+            stop_remove.push(stop_took + remove_took);
+            removes.push(remove_took);
         }
     }
     report
@@ -457,6 +474,7 @@ async fn measure(
     report
         .ops
         .push(("StopContainer(0)+RemoveContainer", stop_remove));
+    report.ops.push(("RemoveContainer (stopped)", removes));
     bench.remove_pod(&pod).await?;
 
     // The same in a user-namespaced pod: the rootfs is an overlay over idmapped layers.
@@ -997,13 +1015,19 @@ impl Bench {
         Ok(reply.into_inner().pod_sandbox_id)
     }
 
-    async fn remove_pod(&mut self, id: &str) -> Result<()> {
+    async fn stop_pod(&mut self, id: &str) -> Result<()> {
         self.rt
             .stop_pod_sandbox(StopPodSandboxRequest {
                 pod_sandbox_id: id.into(),
             })
             .await
             .map_err(|s| format!("StopPodSandbox {id}: {s}"))?;
+        Ok(())
+    }
+
+    /// StopPodSandbox + RemovePodSandbox.
+    async fn remove_pod(&mut self, id: &str) -> Result<()> {
+        self.stop_pod(id).await?;
         self.rt
             .remove_pod_sandbox(RemovePodSandboxRequest {
                 pod_sandbox_id: id.into(),
@@ -1066,6 +1090,12 @@ impl Bench {
 
     /// StopContainer with timeout 0 (straight to SIGKILL) + RemoveContainer.
     async fn stop_remove(&mut self, id: &str) -> Result<()> {
+        self.stop(id).await?;
+        self.remove(id).await
+    }
+
+    /// StopContainer with timeout 0.
+    async fn stop(&mut self, id: &str) -> Result<()> {
         self.rt
             .stop_container(StopContainerRequest {
                 container_id: id.into(),
@@ -1073,6 +1103,10 @@ impl Bench {
             })
             .await
             .map_err(|s| format!("StopContainer {id}: {s}"))?;
+        Ok(())
+    }
+
+    async fn remove(&mut self, id: &str) -> Result<()> {
         self.rt
             .remove_container(RemoveContainerRequest {
                 container_id: id.into(),

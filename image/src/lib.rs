@@ -9,7 +9,9 @@ pub mod auth_file;
 pub mod content;
 pub mod digest;
 pub mod error;
+mod export;
 pub mod hosts;
+mod import;
 pub mod manifest;
 mod progress;
 mod pull;
@@ -22,6 +24,8 @@ pub mod unpack;
 
 pub use digest::Digest;
 pub use error::{Error, ErrorKind, Result};
+pub use export::ExportReport;
+pub use import::ImportReport;
 pub use manifest::Platform;
 pub use progress::PullProgress;
 pub use pull::{PullOptions, PullReport};

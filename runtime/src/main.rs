@@ -50,6 +50,34 @@ enum Command {
         #[arg(long)]
         socket: Option<String>,
     },
+    /// Import, export and watch images through the running crius (its admin socket, root only).
+    Images {
+        /// The admin socket [default: <state>/admin.sock of the configuration].
+        #[arg(long, global = true)]
+        admin_socket: Option<PathBuf>,
+        #[command(subcommand)]
+        command: ImagesCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ImagesCommand {
+    /// Import the images of an archive: an OCI image layout or a `docker save` tar, plain or
+    /// gzip-compressed, from FILE or from stdin (`-`). Prints each image's id and names.
+    Import {
+        /// The archive, or `-` for stdin.
+        file: String,
+    },
+    /// Export images (ids, references or id prefixes) as one tar that is an OCI image layout
+    /// and a `docker save` archive at once.
+    Export {
+        /// The images to export.
+        #[arg(required = true)]
+        images: Vec<String>,
+        /// Where to write the archive (`-` for stdout).
+        #[arg(short, long)]
+        output: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -79,6 +107,10 @@ fn main() -> ExitCode {
             command: ConfigCommand::Check { file },
         }) => return check_config(file.as_ref().or(cli.config.as_ref())),
         Some(Command::Status { socket }) => return status(&cli, socket.as_deref()),
+        Some(Command::Images {
+            admin_socket,
+            command,
+        }) => return images(&cli, admin_socket.as_deref(), command),
         None => {}
     }
     match run(cli) {
@@ -122,6 +154,39 @@ fn status(cli: &Cli, socket: Option<&str>) -> ExitCode {
             print!("{report}");
             ExitCode::SUCCESS
         }
+        Err(e) => {
+            eprintln!("crius: {}", crius_common::error_chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `crius images …`: one request on the admin socket.
+fn images(cli: &Cli, socket: Option<&std::path::Path>, command: &ImagesCommand) -> ExitCode {
+    let socket = match socket {
+        Some(s) => Ok(s.to_path_buf()),
+        None => load_config(cli).map(|c| c.state.join(crius::admin::SOCKET_NAME)),
+    };
+    let done = socket.and_then(|socket| match command {
+        ImagesCommand::Import { file } => crius::cli::images::import(&socket, file)
+            .map(|summary| print!("{}", crius::cli::images::describe_import(&summary)))
+            .with_context(|| format!("import {file}")),
+        ImagesCommand::Export { images, output } => {
+            crius::cli::images::export(&socket, images, output)
+                .map(|summary| {
+                    eprintln!(
+                        "exported {} image{} ({} blobs, {:.1} MB) to {output}",
+                        summary.images.len(),
+                        if summary.images.len() == 1 { "" } else { "s" },
+                        summary.blobs,
+                        summary.blob_bytes as f64 / 1e6
+                    )
+                })
+                .context("export")
+        }
+    });
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("crius: {}", crius_common::error_chain(e.as_ref()));
             ExitCode::FAILURE
@@ -223,6 +288,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let in_force = config.clone();
         let daemon = Daemon::open(config)?;
         daemon.start().await?;
+        crius::admin::server::serve(
+            daemon.clone(),
+            &daemon.config().state.join(crius::admin::SOCKET_NAME),
+        )?;
         crius::reload::on_hangup(hangup, log, daemon.clone(), in_force, move || {
             load_config(&cli)
         });

@@ -23,6 +23,7 @@
 //! The registry and image helpers are blocking (plain `std` I/O against a loopback server);
 //! calling them from an async test is fine, they only talk to another process.
 
+pub mod archive;
 pub mod crius;
 mod error;
 mod http;

@@ -14,6 +14,7 @@ pub mod hosts;
 mod import;
 pub mod manifest;
 mod progress;
+pub mod proxy;
 mod pull;
 pub mod records;
 pub mod reference;

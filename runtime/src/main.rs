@@ -64,9 +64,22 @@ enum Command {
 enum ImagesCommand {
     /// Import the images of an archive: an OCI image layout or a `docker save` tar, plain or
     /// gzip-compressed, from FILE or from stdin (`-`). Prints each image's id and names.
+    ///
+    /// With --from-containerd, copies the images of a containerd namespace instead, read
+    /// through containerd's API (for moving a node from containerd to crius).
     Import {
         /// The archive, or `-` for stdin.
-        file: String,
+        #[arg(required_unless_present = "from_containerd")]
+        file: Option<String>,
+        /// Copy the images of containerd on this socket [default socket:
+        /// /run/containerd/containerd.sock].
+        #[arg(long, value_name = "SOCKET", num_args = 0..=1, conflicts_with = "file",
+              default_missing_value = crius::cli::containerd::DEFAULT_SOCKET)]
+        from_containerd: Option<PathBuf>,
+        /// The containerd namespace to copy (containerd's CRI keeps kubelet's images in k8s.io).
+        #[arg(long, default_value = crius::cli::containerd::DEFAULT_NAMESPACE,
+              requires = "from_containerd")]
+        namespace: String,
     },
     /// Export images (ids, references or id prefixes) as one tar that is an OCI image layout
     /// and a `docker save` archive at once.
@@ -168,9 +181,43 @@ fn images(cli: &Cli, socket: Option<&std::path::Path>, command: &ImagesCommand) 
         None => load_config(cli).map(|c| c.state.join(crius::admin::SOCKET_NAME)),
     };
     let done = socket.and_then(|socket| match command {
-        ImagesCommand::Import { file } => crius::cli::images::import(&socket, file)
+        ImagesCommand::Import {
+            file: Some(file), ..
+        } => crius::cli::images::import(&socket, file)
             .map(|summary| print!("{}", crius::cli::images::describe_import(&summary)))
             .with_context(|| format!("import {file}")),
+        ImagesCommand::Import {
+            from_containerd,
+            namespace,
+            ..
+        } => {
+            let containerd = from_containerd
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crius::cli::containerd::DEFAULT_SOCKET));
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("start the async runtime")
+                .and_then(|rt| {
+                    rt.block_on(crius::cli::containerd::migrate(
+                        &containerd,
+                        namespace,
+                        &socket,
+                    ))
+                })
+                .map(|done| {
+                    for skipped in &done.skipped {
+                        eprintln!("skipped {skipped}");
+                    }
+                    print!("{}", crius::cli::images::describe_import(&done.summary));
+                })
+                .with_context(|| {
+                    format!(
+                        "import from containerd at {} (namespace {namespace})",
+                        containerd.display()
+                    )
+                })
+        }
         ImagesCommand::Export { images, output } => {
             crius::cli::images::export(&socket, images, output)
                 .map(|summary| {

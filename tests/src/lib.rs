@@ -24,6 +24,7 @@
 //! calling them from an async test is fine, they only talk to another process.
 
 pub mod archive;
+pub mod containerd;
 pub mod crius;
 mod error;
 mod http;

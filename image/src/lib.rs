@@ -28,7 +28,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use export::ExportReport;
 pub use import::ImportReport;
 pub use manifest::Platform;
-pub use progress::PullProgress;
+pub use progress::{BlobProgress, PullProgress};
 pub use pull::{PullOptions, PullReport};
 pub use records::ImageRecord;
 pub use reference::Reference;

@@ -503,7 +503,11 @@ impl Inner {
         let key = desc.digest.to_string();
         // Counts the bytes as they arrive when this pull's run downloads the blob; when it
         // joins another pull's download, the blob counts once it is there.
-        let meter = Arc::new(Meter::new(stats.progress.clone()));
+        let meter = Arc::new(Meter::new(
+            stats.progress.clone(),
+            desc.digest.as_str(),
+            desc.size,
+        ));
         let counting = meter.clone();
         self.blob_work
             .run(&key, move || async move {

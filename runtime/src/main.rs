@@ -91,6 +91,17 @@ enum ImagesCommand {
         #[arg(short, long)]
         output: String,
     },
+    /// The image pulls (and imports) under way: each blob's bytes, rate and stall time.
+    /// Redraws in a terminal until interrupted; piped, prints one snapshot (or one per
+    /// interval with --watch).
+    Pulls {
+        /// Piped: keep printing a snapshot every interval.
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between snapshots.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -217,6 +228,19 @@ fn images(cli: &Cli, socket: Option<&std::path::Path>, command: &ImagesCommand) 
                         containerd.display()
                     )
                 })
+        }
+        ImagesCommand::Pulls { watch, interval } => {
+            if !(interval.is_finite() && (0.1..=3600.0).contains(interval)) {
+                Err(anyhow::anyhow!(
+                    "--interval {interval}: must be between 0.1 and 3600 seconds"
+                ))
+            } else {
+                crius::cli::pulls::run(
+                    &socket,
+                    *watch,
+                    std::time::Duration::from_secs_f64(*interval),
+                )
+            }
         }
         ImagesCommand::Export { images, output } => {
             crius::cli::images::export(&socket, images, output)

@@ -87,6 +87,21 @@ pub struct PullView {
     pub done_bytes: u64,
     pub total_bytes: u64,
     pub elapsed_ms: u64,
+    /// The blobs it is downloading or has downloaded.
+    #[serde(default)]
+    pub blobs: Vec<BlobView>,
+}
+
+/// One blob of a pull under way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobView {
+    pub digest: String,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    /// From its first byte to its last so far.
+    pub receiving_ms: u64,
+    /// Since its last byte; 0 once complete.
+    pub stalled_ms: u64,
 }
 
 /// Writes `msg` as one JSON line.

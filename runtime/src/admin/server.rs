@@ -11,8 +11,8 @@ use anyhow::{bail, Context as _};
 use tokio::net::{UnixListener, UnixStream};
 
 use super::{
-    read_line, write_line, ChunkReader, ChunkWriter, ExportSummary, ImportSummary, ImportedImage,
-    PullView, Request, Response,
+    read_line, write_line, BlobView, ChunkReader, ChunkWriter, ExportSummary, ImportSummary,
+    ImportedImage, PullView, Request, Response,
 };
 use crate::daemon::Daemon;
 
@@ -134,7 +134,18 @@ async fn connection(daemon: Arc<Daemon>, stream: UnixStream) -> anyhow::Result<(
                     image: p.image,
                     done_bytes: p.done_bytes,
                     total_bytes: p.total_bytes,
-                    elapsed_ms: u64::try_from(p.elapsed.as_millis()).unwrap_or(u64::MAX),
+                    elapsed_ms: millis(p.elapsed),
+                    blobs: p
+                        .blobs
+                        .into_iter()
+                        .map(|b| BlobView {
+                            digest: b.digest,
+                            done_bytes: b.done_bytes,
+                            total_bytes: b.total_bytes,
+                            receiving_ms: millis(b.receiving),
+                            stalled_ms: millis(b.stalled),
+                        })
+                        .collect(),
                 })
                 .collect(),
         },
@@ -148,6 +159,10 @@ async fn connection(daemon: Arc<Daemon>, stream: UnixStream) -> anyhow::Result<(
     })
     .await
     .context("send the answer")
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn error(e: &crius_image::Error) -> Response {

@@ -4,4 +4,5 @@
 
 pub mod containerd;
 pub mod images;
+pub mod pulls;
 pub mod status;

@@ -385,7 +385,8 @@ fn stage<R: Read>(input: R, ingest: &Path, meter: &crate::progress::Tracker) -> 
                 reason: format!("more than {MAX_ENTRIES} entries"),
             });
         }
-        let mut entry = entry.map_err(|e| archive_io("read", e))?;
+        let mut entry =
+            entry.map_err(|e| archive_io(if n == 0 { "not a tar archive" } else { "read" }, e))?;
         let name = entry
             .path()
             .map_err(|e| archive_io("read an entry name", e))?
@@ -452,9 +453,23 @@ fn stage<R: Read>(input: R, ingest: &Path, meter: &crate::progress::Tracker) -> 
     Ok(staged)
 }
 
+/// An archive read error; the tar reader quotes raw header bytes, which are kept printable
+/// and short.
 fn archive_io(what: &str, e: std::io::Error) -> Error {
+    let text: String = e
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(160)
+        .collect();
     Error::Archive {
-        reason: format!("{what}: {e}"),
+        reason: format!("{what}: {text}"),
     }
 }
 

@@ -289,6 +289,16 @@ async fn corrupt_or_incomplete_archives_are_refused() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("not a tar archive"), "{err}");
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|i| (i * 7919 % 251) as u8 | 0x80)
+        .collect();
+    let err = store.import(std::io::Cursor::new(noise)).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.chars().all(|c| c.is_ascii() && !c.is_ascii_control()),
+        "{text}"
+    );
 
     assert!(store.list(None).unwrap().is_empty());
     assert_clean(dir.path());

@@ -261,6 +261,28 @@ async fn export_then_import_gives_the_same_images() {
     .await;
     assert_eq!(lines, vec![format!("linux/{}", images::host_arch())]);
 
+    // To stdout and back from stdin: the same images again.
+    let out = crius_images(&env, &["export", &index.reference, "-o", "-"], None);
+    let piped = out.stdout.clone();
+    ok(&out);
+    assert!(piped.len() > 1024, "{} bytes exported", piped.len());
+    remove(&env, &index.reference).await;
+    let out = ok(&crius_images(&env, &["import", "-"], Some(&piped)));
+    assert!(out.starts_with(&format!("imported {index_id} ")), "{out}");
+
+    // Root only: another user cannot use the admin socket.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(crius_tests::binary("crius").unwrap())
+        .args(["images", "--admin-socket"])
+        .arg(env.crius.state().join("admin.sock"))
+        .arg("pulls")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Permission denied"), "{err}");
+
     // Every name must resolve, or nothing is written.
     let missing = dir.join("missing.tar");
     let err = failed(&crius_images(

@@ -1,6 +1,6 @@
 //! Exporting images as one tar that is both an OCI image layout (`oci-layout`, `index.json`,
 //! `blobs/sha256/…`) and a `docker save` archive (`manifest.json` naming the same blobs), so
-//! `crius images import`, `ctr images import` and `docker load` all read it.
+//! `crius images import` and `ctr images import` read it, and `docker load` should.
 //!
 //! Each image is written as the manifest crius unpacked (this platform's, not the index it was
 //! chosen from, whose other platforms crius never fetched: a layout must hold every blob it
@@ -62,7 +62,12 @@ impl ImageStore {
         let report = tokio::task::spawn_blocking(move || this.write_archive(&records, out))
             .await
             .map_err(|e| Error::Internal(format!("export task: {e}")));
-        hold.release(false);
+        // A collection asked for while the export held the gate runs now.
+        if hold.release(false) {
+            if let Err(e) = self.inner.clone().gc().await {
+                tracing::warn!("image gc after an export: {e}");
+            }
+        }
         report?
     }
 

@@ -30,6 +30,7 @@ mod error;
 mod http;
 pub mod images;
 mod process;
+pub mod proxy;
 pub mod registry;
 pub mod streaming;
 pub mod systemd;

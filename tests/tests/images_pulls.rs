@@ -1,7 +1,7 @@
 //! `crius images pulls` while a real pull is slow: the registry is reached through a relay on
 //! 127.0.0.1 that passes at most about 320 KB/s back, so pulling the busybox image takes a few
-//! seconds; the piped view lists the pull and its blobs with their bytes, and says so once no
-//! pull is under way. Network 103.
+//! seconds; the piped view lists the pull and its blobs with their bytes (and ImageStatus
+//! verbose the same in `info["pull"]`), and says so once no pull is under way. Network 103.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -112,6 +112,31 @@ async fn a_slow_pull_is_shown_with_its_blobs() {
         row.ends_with("MB/s") || row.contains("stalled") || row.ends_with("done"),
         "{row}"
     );
+
+    // ImageStatus verbose says the same while the image is not there yet.
+    let status = env
+        .crius
+        .image()
+        .image_status(crius_api::v1::ImageStatusRequest {
+            image: Some(crius_api::v1::ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // (The relay keeps the pull going for seconds after its layer's first bytes were seen.)
+    let info: serde_json::Value = serde_json::from_str(&status.info["pull"]).unwrap();
+    let blob = info["blobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["digest"] == layer.digest.as_str())
+        .unwrap_or_else(|| panic!("{info}"));
+    assert_eq!(blob["totalBytes"], layer.size, "{info}");
+    assert!(info["doneBytes"].as_u64().unwrap() > 0, "{info}");
 
     pull.await.unwrap().unwrap();
     assert_eq!(pulls(&env), "no pulls under way\n");

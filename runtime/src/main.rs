@@ -359,10 +359,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let in_force = config.clone();
         let daemon = Daemon::open(config)?;
         daemon.start().await?;
-        crius::admin::server::serve(
-            daemon.clone(),
-            &daemon.config().state.join(crius::admin::SOCKET_NAME),
-        )?;
+        let admin = daemon.config().state.join(crius::admin::SOCKET_NAME);
+        crius::admin::server::serve(daemon.clone(), &admin)?;
         crius::reload::on_hangup(hangup, log, daemon.clone(), in_force, move || {
             load_config(&cli)
         });
@@ -372,7 +370,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             state = %daemon.config().state.display(),
             "crius starting"
         );
-        server::serve(daemon, socket, signals).await
+        let served = server::serve(daemon, socket, signals).await;
+        // Like the CRI socket: no socket file left for a crius that is gone.
+        if let Err(e) = std::fs::remove_file(&admin) {
+            tracing::warn!(socket = %admin.display(), "remove the admin socket: {e}");
+        }
+        served
     })?;
     tracing::info!("crius stopped");
     Ok(())

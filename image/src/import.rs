@@ -102,7 +102,7 @@ enum Blob {
 
 impl ImageStore {
     /// Imports every image of the archive `input` (an OCI layout or a `docker save` tar,
-    /// uncompressed or gzip-compressed), as described in the module documentation.
+    /// uncompressed, gzip- or zstd-compressed), as described in the module documentation.
     pub async fn import<R: Read + Send + 'static>(&self, input: R) -> Result<ImportReport> {
         let started = Instant::now();
         let inner = self.inner.clone();
@@ -366,6 +366,10 @@ fn stage<R: Read>(input: R, ingest: &Path, meter: &crate::progress::Tracker) -> 
         .to_vec();
     let input: Box<dyn Read> = if magic.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::bufread::MultiGzDecoder::new(input))
+    } else if magic.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Box::new(
+            zstd::stream::read::Decoder::with_buffer(input).map_err(|e| archive_io("zstd", e))?,
+        )
     } else {
         Box::new(input)
     };

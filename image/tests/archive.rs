@@ -190,7 +190,9 @@ async fn oci_layout_import_then_export_round_trip() {
 
     store.remove(&config).await.unwrap();
     assert!(store.get(&config).unwrap().is_none());
-    let back = store.import(std::io::Cursor::new(exported)).await.unwrap();
+    // zstd-compressed this time.
+    let zst = zstd::encode_all(&exported[..], 3).unwrap();
+    let back = store.import(std::io::Cursor::new(zst)).await.unwrap();
     assert_eq!(back.images[0].id, config);
     assert_eq!(back.images[0].layers, record.layers);
     assert_eq!(back.images[0].chain_ids, record.chain_ids);

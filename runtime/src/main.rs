@@ -62,8 +62,8 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum ImagesCommand {
-    /// Import the images of an archive: an OCI image layout or a `docker save` tar, plain or
-    /// gzip-compressed, from FILE or from stdin (`-`). Prints each image's id and names.
+    /// Import the images of an archive: an OCI image layout or a `docker save` tar (plain, gzip or
+    /// zstd), from FILE or from stdin (`-`). Prints each image's id and names.
     ///
     /// With --from-containerd, copies the images of a containerd namespace instead, read
     /// through containerd's API (for moving a node from containerd to crius).

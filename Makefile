@@ -15,9 +15,11 @@ CARGO ?= cargo
 #  htpasswd, test TLS certificates
 #  python3-venv: the Python gRPC client of the tests (.ci/install-python-deps)
 #  runc, crun, runsc: the OCI runtimes of the RuntimeClass handler tests
+#  tinyproxy: the local HTTP/CONNECT proxy of the registry proxy tests
+#  containerd: `ctr`, the import benchmark's comparison and the --from-containerd source
 RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables iproute2
 TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd \
-                 python3-venv runc crun runsc
+                 python3-venv runc crun runsc tinyproxy containerd
 
 .PHONY: run test unit e2e build build-debug build-release install deb cargo-deb cargo-deny deps-run deps-test \
         check-rust lint

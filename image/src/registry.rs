@@ -203,6 +203,19 @@ impl Clients {
     }
 }
 
+/// Whether a request failed because its connection closed before any answer (a stale pooled
+/// connection), rather than for a reason a second try would meet again.
+fn closed_early(e: &hyper_util::client::legacy::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            return h.is_incomplete_message() || h.is_canceled();
+        }
+        source = err.source();
+    }
+    false
+}
+
 /// Accepts any server certificate: `skip_verify = true` in hosts.toml.
 #[derive(Debug)]
 struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
@@ -377,7 +390,23 @@ impl Session {
         req: Request<Full<Bytes>>,
         registry: &str,
     ) -> Result<Response<Incoming>> {
-        match tokio::time::timeout(self.timeout, client.request(req)).await {
+        // A pooled connection the server (or a proxy) closed just as the request went out
+        // fails it with nothing read: a GET or HEAD is sent once more on a fresh connection.
+        let again = matches!(*req.method(), Method::GET | Method::HEAD).then(|| {
+            let mut r = Request::new(req.body().clone());
+            *r.method_mut() = req.method().clone();
+            *r.uri_mut() = req.uri().clone();
+            *r.headers_mut() = req.headers().clone();
+            r
+        });
+        let first = tokio::time::timeout(self.timeout, client.request(req)).await;
+        let outcome = match (first, again) {
+            (Ok(Err(e)), Some(again)) if closed_early(&e) => {
+                tokio::time::timeout(self.timeout, client.request(again)).await
+            }
+            (first, _) => first,
+        };
+        match outcome {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(Error::Unavailable {
                 registry: registry.to_string(),

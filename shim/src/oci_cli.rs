@@ -11,6 +11,8 @@
 //! | delete | `... delete --force ID` (nothing to do when `R/ID` does not exist) |
 //! | exec | `... exec --process J --pid-file P --detach [--console-socket S] ID` |
 //! | wait | `... wait ID`, which prints `{"id":..,"exitStatus":N}` when the process ends |
+//! | checkpoint | `... checkpoint --leave-running --image-path I --work-path W ID` |
+//! | restore | `... restore --detach --bundle B --image-path I --work-path W --pid-file P [--console-socket S] ID` |
 //!
 //! The container's stdin, stdout and stderr are the runtime's own (the runtime hands them on
 //! to the container's process), `/dev/null` where the shim gave none. The runtime's messages go
@@ -300,6 +302,80 @@ pub fn exec(
     }
     args.push(id.as_ref());
     let ran = run.run("exec", &args, stdio.stdio);
+    if ran.is_err() {
+        let _ = fs::remove_file(&pid_file);
+    }
+    ran?;
+    let pid = read_pid(&pid_file)?;
+    let master = console.map(Console::master).transpose()?;
+    Ok((pid, master))
+}
+
+/// `checkpoint --leave-running`: the container's processes dumped by CRIU into `image_path`
+/// (the runtime runs `criu` from `$PATH`), CRIU's log in `work_path`; they go on running.
+pub fn checkpoint(
+    rt: &OciCommand,
+    root: &Path,
+    id: &str,
+    image_path: &Path,
+    work_path: &Path,
+) -> Result<(), String> {
+    Run { rt, root, id }.run(
+        "checkpoint",
+        &[
+            "checkpoint".as_ref(),
+            "--leave-running".as_ref(),
+            "--image-path".as_ref(),
+            image_path.as_os_str(),
+            "--work-path".as_ref(),
+            work_path.as_os_str(),
+            id.as_ref(),
+        ],
+        [None, None, None],
+    )
+}
+
+/// `restore --detach`: the container made from `bundle` by restoring the CRIU images in
+/// `image_path`, in place of `create`. The restored processes get the runtime's stdio for the
+/// pipes they had (runc and crun pass them to CRIU as inherited descriptors). Whether they
+/// run at once or wait stopped is CRIU's choice from the configuration file the spec's
+/// `org.criu.config` annotation names (crius writes `leave-stopped` there, so a restored
+/// container does not run before its start). Returns the init's pid and, with a terminal,
+/// the pty master.
+pub fn restore(
+    rt: &OciCommand,
+    root: &Path,
+    id: &str,
+    bundle: &Path,
+    image_path: &Path,
+    work_path: &Path,
+    stdio: ProcessStdio,
+) -> Result<(i32, Option<OwnedFd>), String> {
+    let run = Run { rt, root, id };
+    let pid_file = root.join(format!("{id}.pid"));
+    let console = stdio
+        .console_dir
+        .as_deref()
+        .map(Console::listen)
+        .transpose()?;
+    let console_path = console.as_ref().map(Console::path);
+    let mut args: Vec<&OsStr> = vec![
+        "restore".as_ref(),
+        "--detach".as_ref(),
+        "--bundle".as_ref(),
+        bundle.as_os_str(),
+        "--image-path".as_ref(),
+        image_path.as_os_str(),
+        "--work-path".as_ref(),
+        work_path.as_os_str(),
+        "--pid-file".as_ref(),
+        pid_file.as_os_str(),
+    ];
+    if let Some(path) = &console_path {
+        args.extend::<[&OsStr; 2]>(["--console-socket".as_ref(), path.as_ref()]);
+    }
+    args.push(id.as_ref());
+    let ran = run.run("restore", &args, stdio.stdio);
     if ran.is_err() {
         let _ = fs::remove_file(&pid_file);
     }

@@ -261,6 +261,7 @@ impl Rig {
             tty: false,
             log_path: None,
             runtime: None,
+            restore: None,
         }));
     }
 
@@ -362,6 +363,7 @@ fn requests_against_a_container_being_created_are_refused() {
         tty: false,
         log_path: None,
         runtime: None,
+        restore: None,
     });
     assert_eq!(rig.refused(again), ErrorKind::AlreadyExists);
 }

@@ -15,7 +15,9 @@ CARGO ?= cargo
 #  htpasswd, test TLS certificates
 #  python3-venv: the Python gRPC client of the tests (.ci/install-python-deps)
 #  runc, crun, runsc: the OCI runtimes of the RuntimeClass handler tests
-RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables iproute2
+#  criu: checkpoint and restore (CheckpointContainer); on kernels Debian 12's criu 3.17 does not
+#  know (Linux 6.13+), contrib/criu/install adds Debian 13's criu 4.1 under /opt/crius/criu
+RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables iproute2 criu
 TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd \
                  python3-venv runc crun runsc
 
@@ -107,9 +109,11 @@ cargo-deny: check-rust
 
 deps-run:
 	@./.ci/install-deps $(RUN_PACKAGES)
+	@./contrib/criu/install
 
 deps-test:
 	@./.ci/install-deps $(TEST_PACKAGES)
+	@./contrib/criu/install
 	@./.ci/install-python-deps
 
 check-rust:

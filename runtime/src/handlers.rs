@@ -45,6 +45,19 @@ impl Handler {
         })
     }
 
+    /// What this handler's runtime can do with CRIU: libcontainer 0.7 checkpoints but has no
+    /// restore; runc and crun do both (`checkpoint`, `restore`); gVisor (runsc) has a
+    /// mechanism of its own that yields no CRIU images, and other runtimes are not known to.
+    pub fn checkpoint_support(&self) -> CheckpointSupport {
+        match self.config.kind {
+            HandlerType::Builtin => CheckpointSupport::Checkpoint,
+            HandlerType::Oci => match self.config.binary.file_name().and_then(|n| n.to_str()) {
+                Some("runc" | "crun") => CheckpointSupport::CheckpointRestore,
+                _ => CheckpointSupport::None,
+            },
+        }
+    }
+
     /// Whether privileged containers get the host's devices.
     pub fn host_devices_for_privileged(&self) -> bool {
         !self.config.privileged_without_host_devices
@@ -64,6 +77,25 @@ impl Handler {
     pub fn passes_container_annotation(&self, key: &str) -> bool {
         self.config.container_annotations.is_empty()
             || matches_any(&self.config.container_annotations, key)
+    }
+}
+
+/// What a handler can do with CRIU (see [`Handler::checkpoint_support`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointSupport {
+    None,
+    Checkpoint,
+    CheckpointRestore,
+}
+
+impl CheckpointSupport {
+    /// For `Status` (verbose) and `crius status`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CheckpointSupport::None => "none",
+            CheckpointSupport::Checkpoint => "checkpoint",
+            CheckpointSupport::CheckpointRestore => "checkpoint, restore",
+        }
     }
 }
 
@@ -149,6 +181,11 @@ impl Handlers {
                 .collect::<Vec<_>>()
                 .join(", ")
         )))
+    }
+
+    /// Every usable handler by name.
+    pub fn usable(&self) -> impl Iterator<Item = &Handler> {
+        self.usable.values()
     }
 
     /// `Status.runtime_handlers`: the default handler under the empty name, then every usable

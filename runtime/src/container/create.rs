@@ -170,9 +170,21 @@ impl Daemon {
             .as_ref()
             .map(|i| i.image.clone())
             .unwrap_or_default();
-        let image = self.images.get(&image_name)?.ok_or_else(|| {
-            Error::NotFound(format!("image {:?} not found", excerpt(&image_name)))
-        })?;
+        // An image that is an absolute path is a checkpoint archive to restore (as CRI-O
+        // takes it): the container runs the image it was checkpointed from.
+        let restore = match image_name.starts_with('/') {
+            true => Some(self.restore_source(&image_name, handler).await?),
+            false => None,
+        };
+        let (image_name, image) = match &restore {
+            Some(r) => (r.image_name.clone(), r.image.clone()),
+            None => {
+                let image = self.images.get(&image_name)?.ok_or_else(|| {
+                    Error::NotFound(format!("image {:?} not found", excerpt(&image_name)))
+                })?;
+                (image_name, image)
+            }
+        };
         let id = new_id().map_err(|e| Error::internal("draw a container id", e))?;
         if let Some(holder) = self.store.reserve_name(&name, &id)? {
             return Err(Error::AlreadyExists(format!(
@@ -219,7 +231,11 @@ impl Daemon {
             let _ = self.store.release_name(&name, &id);
             return Err(e);
         }
-        match self.setup_container(record, &config, &pod_config).await {
+        let archive = restore.as_ref().map(|r| r.archive.clone());
+        match self
+            .setup_container(record, &config, &pod_config, archive.as_deref())
+            .await
+        {
             Ok(()) => {
                 // Followed from now on, not only once started: a created container whose shim
                 // dies is reported exited, with the reason.
@@ -258,6 +274,7 @@ impl Daemon {
         mut record: ContainerRecord,
         config: &ContainerConfig,
         pod_config: &PodSandboxConfig,
+        restore: Option<&Path>,
     ) -> Result<()> {
         let id = record.id.clone();
         let pod = self.pod(&record.sandbox_id)?;
@@ -274,6 +291,11 @@ impl Daemon {
             &staging,
             userns.as_ref(),
         )?;
+        let restore_dir = paths.layer.join("restore");
+        if let Some(archive) = restore {
+            self.unpack_checkpoint(archive, &restore_dir, &paths.rootfs)
+                .await?;
+        }
         let image_record = self
             .images
             .get(&record.image_id)?
@@ -354,6 +376,9 @@ impl Daemon {
         } else {
             self.nri.note_created(&id);
         }
+        if restore.is_some() {
+            spec = super::restore::restore_spec(spec, &restore_dir)?;
+        }
         write_spec(&paths.bundle, &spec)?;
         // A working directory the image lacks is made, as runc does under containerd.
         if let Some(cwd) = spec.process().as_ref().map(|p| p.cwd()) {
@@ -382,8 +407,16 @@ impl Daemon {
                 tty: config.tty,
                 log_path: record.log_path.clone(),
                 runtime: handler.oci_runtime(),
+                restore: restore
+                    .map(|_| restore_dir.join(super::checkpoint::names::CHECKPOINT_DIR)),
             })
             .await?;
+        if restore.is_some() {
+            // The processes are restored (stopped until the start): the images are not needed.
+            if let Err(e) = std::fs::remove_dir_all(&restore_dir) {
+                tracing::warn!(container = %id, "remove {}: {e}", restore_dir.display());
+            }
+        }
         cgroups::attach(&pod.cgroup, &id, pid).await?;
         record.pid = u32::try_from(pid).ok();
         record.state = ContainerState::Created;

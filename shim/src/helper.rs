@@ -102,6 +102,8 @@ pub enum HelperOp {
         image_path: PathBuf,
         work_path: PathBuf,
         console_dir: Option<PathBuf>,
+        /// The criu binary, when not `criu` in `$PATH`.
+        criu: Option<PathBuf>,
     },
 }
 
@@ -174,7 +176,12 @@ impl HelperCall {
                 image_path,
                 work_path,
                 console_dir,
+                criu,
             } => {
+                if let Some(criu) = criu {
+                    args.push("--criu".into());
+                    args.push(criu.clone().into());
+                }
                 args.push("--bundle".into());
                 args.push(bundle.clone().into());
                 args.push("--image-path".into());
@@ -204,6 +211,7 @@ impl HelperCall {
         let mut signal = None;
         let mut image_path = None;
         let mut work_path = None;
+        let mut criu = None;
         let mut runtime: Option<OciCommand> = None;
         let mut options = Vec::new();
         while let Some(flag) = it.next() {
@@ -223,6 +231,7 @@ impl HelperCall {
                 "--process" => process = Some(PathBuf::from(value)),
                 "--image-path" => image_path = Some(PathBuf::from(value)),
                 "--work-path" => work_path = Some(PathBuf::from(value)),
+                "--criu" => criu = Some(PathBuf::from(value)),
                 "--runtime" => {
                     runtime = Some(OciCommand {
                         binary: PathBuf::from(value),
@@ -276,6 +285,7 @@ impl HelperCall {
                 image_path: image_path.ok_or("restore needs --image-path")?,
                 work_path: work_path.ok_or("restore needs --work-path")?,
                 console_dir,
+                criu,
             },
             other => return Err(format!("unknown operation {other}")),
         };
@@ -528,6 +538,7 @@ mod tests {
             image_path: PathBuf::from("/c/checkpoint"),
             work_path: PathBuf::from("/c/work"),
             console_dir: Some(PathBuf::from("/c d")),
+            criu: Some(PathBuf::from("/opt/criu/bin/criu")),
         });
     }
 

@@ -52,6 +52,9 @@ struct Run<'a> {
     rt: &'a OciCommand,
     root: &'a Path,
     id: &'a str,
+    /// The criu binary the runtime is to run (as `criu` from `$PATH`: its directory goes
+    /// first there), when not the one in `$PATH`.
+    criu: Option<&'a Path>,
 }
 
 impl Run<'_> {
@@ -75,6 +78,12 @@ impl Run<'_> {
             .arg("--log-format")
             .arg("json")
             .args(args);
+        if let Some(dir) = self.criu.and_then(Path::parent) {
+            let mut path = std::ffi::OsString::from(dir);
+            path.push(":");
+            path.push(std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin".into()));
+            cmd.env("PATH", path);
+        }
         let [stdin, stdout, stderr] = stdio;
         cmd.stdin(stdin.map_or_else(Stdio::null, Stdio::from))
             .stdout(stdout.map_or_else(Stdio::null, Stdio::from))
@@ -180,7 +189,12 @@ pub fn create(
     bundle: &Path,
     stdio: ProcessStdio,
 ) -> Result<(i32, Option<OwnedFd>), String> {
-    let run = Run { rt, root, id };
+    let run = Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    };
     let pid_file = root.join(format!("{id}.pid"));
     let console = stdio
         .console_dir
@@ -213,13 +227,25 @@ pub fn start(
     id: &str,
     stdio: [Option<OwnedFd>; 3],
 ) -> Result<(), String> {
-    Run { rt, root, id }.run("start", &["start".as_ref(), id.as_ref()], stdio)
+    Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run("start", &["start".as_ref(), id.as_ref()], stdio)
 }
 
 /// `kill --all`: `signal` to every process of the container.
 pub fn kill_all(rt: &OciCommand, root: &Path, id: &str, signal: i32) -> Result<(), String> {
     let signal = signal.to_string();
-    Run { rt, root, id }.run(
+    Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run(
         "kill",
         &[
             "kill".as_ref(),
@@ -237,7 +263,13 @@ pub fn delete(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
     if !root.join(id).exists() {
         return Ok(());
     }
-    Run { rt, root, id }.run(
+    Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run(
         "delete",
         &["delete".as_ref(), "--force".as_ref(), id.as_ref()],
         [None, None, None],
@@ -250,7 +282,13 @@ pub fn delete(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
 pub fn wait(rt: &OciCommand, root: &Path, id: &str) -> Result<i32, String> {
     let out_path = root.join(format!("{id}.wait.{}.out", std::process::id()));
     let out = fs::File::create(&out_path).map_err(|e| chain("wait output file", &e))?;
-    let run = Run { rt, root, id }.run(
+    let run = Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run(
         "wait",
         &["wait".as_ref(), id.as_ref()],
         [None, Some(OwnedFd::from(out)), None],
@@ -281,7 +319,12 @@ pub fn exec(
     process: &Path,
     stdio: ProcessStdio,
 ) -> Result<(i32, Option<OwnedFd>), String> {
-    let run = Run { rt, root, id };
+    let run = Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    };
     let pid_file = root.join(format!("{id}.exec.{}.pid", std::process::id()));
     let console = stdio
         .console_dir
@@ -320,7 +363,13 @@ pub fn checkpoint(
     image_path: &Path,
     work_path: &Path,
 ) -> Result<(), String> {
-    Run { rt, root, id }.run(
+    Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run(
         "checkpoint",
         &[
             "checkpoint".as_ref(),
@@ -349,9 +398,10 @@ pub fn restore(
     bundle: &Path,
     image_path: &Path,
     work_path: &Path,
+    criu: Option<&Path>,
     stdio: ProcessStdio,
 ) -> Result<(i32, Option<OwnedFd>), String> {
-    let run = Run { rt, root, id };
+    let run = Run { rt, root, id, criu };
     let pid_file = root.join(format!("{id}.pid"));
     let console = stdio
         .console_dir
@@ -375,14 +425,33 @@ pub fn restore(
         args.extend::<[&OsStr; 2]>(["--console-socket".as_ref(), path.as_ref()]);
     }
     args.push(id.as_ref());
-    let ran = run.run("restore", &args, stdio.stdio);
-    if ran.is_err() {
+    if let Err(e) = run.run("restore", &args, stdio.stdio) {
         let _ = fs::remove_file(&pid_file);
+        let criu = criu_errors(&work_path.join("restore.log"));
+        return Err(match criu.is_empty() {
+            true => e,
+            false => format!("{e} (criu: {criu})"),
+        });
     }
-    ran?;
     let pid = read_pid(&pid_file)?;
     let master = console.map(Console::master).transpose()?;
     Ok((pid, master))
+}
+
+/// The last few errors of a CRIU log, `; `-joined (without the one about raising its own
+/// RLIMIT_NOFILE, which it reports without harm where it may not).
+pub fn criu_errors(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("Error (") && !l.contains("RLIMIT_NOFILE"))
+        .map(str::trim)
+        .collect();
+    let joined = errors[errors.len().saturating_sub(3)..].join("; ");
+    match joined.char_indices().nth(2048) {
+        Some((cut, _)) => format!("{}...", &joined[..cut]),
+        None => joined,
+    }
 }
 
 /// Whether `process` (an OCI process JSON) asks for a terminal.

@@ -195,25 +195,37 @@ impl Daemon {
         let id = c.id.clone();
         // Its own task holding the container's lock: it finishes (and cleans up) even when the
         // caller has stopped waiting.
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let commit = archive::Commit::default();
+        let commit2 = commit.clone();
         tokio::spawn(async move {
             let lock = daemon.locks.lock(&id).await;
-            let result = daemon.checkpoint_locked(lock.id(), &location, &criu).await;
+            let result = daemon
+                .checkpoint_locked(lock.id(), &location, &criu, &commit2)
+                .await;
             if let Err(e) = &result {
                 tracing::warn!(container = %id, "checkpoint failed: {e}");
             }
             let _ = tx.send(result);
         });
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(result)) => {
+        let answer = match tokio::time::timeout(timeout, &mut rx).await {
+            Ok(answer) => Some(answer),
+            // Too late, unless the archive is already in place (then the answer is at hand).
+            Err(_) => match commit.abandon() {
+                true => None,
+                false => Some((&mut rx).await),
+            },
+        };
+        match answer {
+            Some(Ok(result)) => {
                 tracing::info!(container = %c.id, elapsed_ms = started.elapsed().as_millis() as u64, "checkpointed");
                 result
             }
-            Ok(Err(_)) => Err(Error::internal(
+            Some(Err(_)) => Err(Error::internal(
                 format!("checkpoint container {}", c.id),
                 "the checkpoint task ended without an answer",
             )),
-            Err(_) => Err(Error::DeadlineExceeded(format!(
+            None => Err(Error::DeadlineExceeded(format!(
                 "checkpoint container {}: not done within the timeout of {} s; the container \
                  runs on, and no archive is written",
                 c.id,
@@ -222,7 +234,13 @@ impl Daemon {
         }
     }
 
-    async fn checkpoint_locked(&self, id: &str, location: &Path, criu: &Path) -> Result<()> {
+    async fn checkpoint_locked(
+        &self,
+        id: &str,
+        location: &Path,
+        criu: &Path,
+        commit: &archive::Commit,
+    ) -> Result<()> {
         let c = self.container(id)?;
         if c.state != ContainerState::Running {
             return Err(Error::FailedPrecondition(format!(
@@ -237,7 +255,7 @@ impl Daemon {
             .layer
             .join(format!("checkpoint-{}", crate::util::now_nanos()));
         let result = self
-            .checkpoint_into(&c, &handler, &paths, &staging, location, criu)
+            .checkpoint_into(&c, &handler, &paths, &staging, location, criu, commit)
             .await;
         if let Err(e) = std::fs::remove_dir_all(&staging) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -255,6 +273,7 @@ impl Daemon {
         staging: &Path,
         location: &Path,
         criu: &Path,
+        commit: &archive::Commit,
     ) -> Result<()> {
         let images = staging.join(names::CHECKPOINT_DIR);
         let work = staging.join("work");
@@ -350,15 +369,19 @@ impl Daemon {
         let upper = paths.layer.join("upper");
         let log = c.log_path.clone();
         let (staging, location) = (staging.to_path_buf(), location.to_path_buf());
+        let commit = commit.clone();
         tokio::task::spawn_blocking(move || {
-            archive::write(&archive::Contents {
-                staging: &staging,
-                upper: &upper,
-                config_dump: &config_dump,
-                spec: &spec,
-                log: log.as_deref(),
-                location: &location,
-            })
+            archive::write(
+                &archive::Contents {
+                    staging: &staging,
+                    upper: &upper,
+                    config_dump: &config_dump,
+                    spec: &spec,
+                    log: log.as_deref(),
+                    location: &location,
+                },
+                &commit,
+            )
         })
         .await
         .map_err(|e| Error::internal("checkpoint archive task", e))?
@@ -406,9 +429,39 @@ pub mod archive {
         pub location: &'a Path,
     }
 
+    /// Decides, once, between an archive put in place and a caller that stopped waiting.
+    #[derive(Clone, Default)]
+    pub struct Commit(std::sync::Arc<std::sync::Mutex<Option<bool>>>);
+
+    impl Commit {
+        /// The caller gives up: true unless the archive is already in place.
+        pub fn abandon(&self) -> bool {
+            let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            match *state {
+                Some(committed) => !committed,
+                None => {
+                    *state = Some(false);
+                    true
+                }
+            }
+        }
+
+        /// Runs `rename` unless the caller has given up; true if it ran and succeeded.
+        fn put_in_place(&self, rename: impl FnOnce() -> io::Result<()>) -> io::Result<bool> {
+            let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if *state == Some(false) {
+                return Ok(false);
+            }
+            rename()?;
+            *state = Some(true);
+            Ok(true)
+        }
+    }
+
     /// Writes the archive to a temporary name beside `location`, syncs it and renames it into
-    /// place; on failure nothing is left at either name.
-    pub fn write(c: &Contents<'_>) -> io::Result<()> {
+    /// place, unless `commit` was abandoned meanwhile; on failure or abandonment nothing is
+    /// left at either name.
+    pub fn write(c: &Contents<'_>, commit: &Commit) -> io::Result<()> {
         let diff = c.staging.join(names::ROOTFS_DIFF);
         let deleted = rootfs_diff(c.upper, &diff)?;
         let dir = c.location.parent().unwrap_or(Path::new("/"));
@@ -423,9 +476,16 @@ pub mod archive {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        if let Err(e) = std::fs::rename(&tmp, c.location) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
+        match commit.put_in_place(|| std::fs::rename(&tmp, c.location)) {
+            Ok(true) => {}
+            Ok(false) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(io::Error::other("the caller stopped waiting"));
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
         }
         if let Ok(d) = File::open(dir) {
             let _ = d.sync_all();

@@ -231,9 +231,11 @@ impl Daemon {
             let _ = self.store.release_name(&name, &id);
             return Err(e);
         }
-        let archive = restore.as_ref().map(|r| r.archive.clone());
+        let from = restore
+            .as_ref()
+            .map(|r| (r.archive.as_path(), r.criu.as_path()));
         match self
-            .setup_container(record, &config, &pod_config, archive.as_deref())
+            .setup_container(record, &config, &pod_config, from)
             .await
         {
             Ok(()) => {
@@ -274,7 +276,7 @@ impl Daemon {
         mut record: ContainerRecord,
         config: &ContainerConfig,
         pod_config: &PodSandboxConfig,
-        restore: Option<&Path>,
+        restore: Option<(&Path, &Path)>,
     ) -> Result<()> {
         let id = record.id.clone();
         let pod = self.pod(&record.sandbox_id)?;
@@ -292,7 +294,7 @@ impl Daemon {
             userns.as_ref(),
         )?;
         let restore_dir = paths.layer.join("restore");
-        if let Some(archive) = restore {
+        if let Some((archive, _)) = restore {
             self.unpack_checkpoint(archive, &restore_dir, &paths.rootfs)
                 .await?;
         }
@@ -407,8 +409,10 @@ impl Daemon {
                 tty: config.tty,
                 log_path: record.log_path.clone(),
                 runtime: handler.oci_runtime(),
-                restore: restore
-                    .map(|_| restore_dir.join(super::checkpoint::names::CHECKPOINT_DIR)),
+                restore: restore.map(|(_, criu)| crius_api::shim::Restore {
+                    images: restore_dir.join(super::checkpoint::names::CHECKPOINT_DIR),
+                    criu: criu.to_path_buf(),
+                }),
             })
             .await?;
         if restore.is_some() {

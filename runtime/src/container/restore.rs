@@ -29,6 +29,8 @@ const CRIU_RESTORE_CONF: &str = "leave-stopped\n";
 /// What a restore starts from.
 pub(super) struct RestoreSource {
     pub archive: PathBuf,
+    /// The criu binary that restores it.
+    pub criu: PathBuf,
     pub image_name: String,
     pub image: ImageRecord,
 }
@@ -103,7 +105,7 @@ impl Daemon {
                 )))
             }
         }
-        checkpoint::criu_binary(&self.config.runtime.criu_path)
+        let criu = checkpoint::criu_binary(&self.config.runtime.criu_path)
             .await
             .map_err(Error::FailedPrecondition)?;
         let archive2 = archive.clone();
@@ -132,6 +134,7 @@ impl Daemon {
             })?;
         Ok(RestoreSource {
             archive,
+            criu,
             image_name: dump.rootfs_image_name,
             image,
         })

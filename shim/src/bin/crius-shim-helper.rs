@@ -168,12 +168,14 @@ fn run_oci(
             image_path,
             work_path,
             console_dir,
+            criu,
         } => {
             let stdio = ProcessStdio {
                 stdio: stdio(),
                 console_dir,
             };
-            oci_cli::restore(rt, root, id, &bundle, &image_path, &work_path, stdio)
+            let criu = criu.as_deref();
+            oci_cli::restore(rt, root, id, &bundle, &image_path, &work_path, criu, stdio)
         }
     }
 }

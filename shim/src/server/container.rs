@@ -190,11 +190,12 @@ impl Shim {
             set_nonblocking(fd.as_raw_fd()).map_err(|e| internal("output pipe", e))?;
         }
         let op = match &req.restore {
-            Some(images) => HelperOp::Restore {
+            Some(restore) => HelperOp::Restore {
                 bundle: req.bundle.clone(),
-                image_path: images.clone(),
+                image_path: restore.images.clone(),
                 work_path: dir.join("restore-work"),
                 console_dir: req.tty.then(|| dir.clone()),
+                criu: Some(restore.criu.clone()),
             },
             None => HelperOp::Create {
                 bundle: req.bundle.clone(),

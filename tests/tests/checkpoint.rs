@@ -287,13 +287,17 @@ async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
     env.image_ref = env.pull(&pushed.reference).await;
     let config = pod_config(&env, "ck-big");
     let pod = env.run_pod_with_handler(config.clone(), "runc").await;
-    // A shell holding a 256 MiB string (about 200-300 MB resident), then counting.
+    // A shell holding a 256 MiB string (about 260 MB resident), then counting; and 60 MB of
+    // random bytes in the container's /dev tmpfs, which CRIU dumps gzip-compressed, slowly:
+    // without them the dump of the big shell alone can finish within the 1 s timeout, the
+    // shortest the CRI can ask for.
     let c = env.container_config(
         "big",
         &[
             "sh",
             "-c",
-            "x=0123456789abcdef; while [ ${#x} -lt 268435456 ]; do x=$x$x; done; echo ready; \
+            "head -c 60000000 /dev/urandom > /dev/ballast; \
+             x=0123456789abcdef; while [ ${#x} -lt 268435456 ]; do x=$x$x; done; echo ready; \
              i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done",
         ],
     );
@@ -313,17 +317,32 @@ async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
     let dir = env.crius.dir().join("checkpoints");
     std::fs::create_dir_all(&dir).unwrap();
     let archive = dir.join("big.tar");
+    let began = Instant::now();
     let err = checkpoint(&env, &id, &archive, 1).await.unwrap_err();
     assert_status::<()>(Err(err), Code::DeadlineExceeded, &["runs on"]);
     assert!(!archive.exists());
-    // The dump finishes in the background; then nothing of it is left.
+    // The dump finishes in the background; then nothing of it is left, there or in the
+    // container's directory.
+    let layer = env.crius.root().join("containers").join(&id);
     common::wait_for(
         "the abandoned dump to be cleaned up",
         Duration::from_secs(60),
-        || async { files_in(&dir).is_empty().then_some(()) },
+        || async {
+            let staged = files_in(&layer).iter().any(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("checkpoint-")
+            });
+            (!staged && files_in(&dir).is_empty()).then_some(())
+        },
     )
     .await;
     assert!(!archive.exists());
+    eprintln!(
+        "the abandoned dump (with 60 MB in /dev) was gone after {:?}",
+        began.elapsed()
+    );
     let at = numbers(&log).last().copied().unwrap_or(0);
     env.wait_log(&log, Duration::from_secs(20), |_| {
         numbers(&log).last().is_some_and(|n| *n >= at + 5)
@@ -334,8 +353,10 @@ async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
         ContainerState::ContainerRunning as i32
     );
 
-    // With time enough it works; the measured figures for a large process. (The dump that
-    // timed out finishes first: this checkpoint waits for the container's lock.)
+    // With time enough it works; the measured figures for a large process, without the
+    // ballast. (The dump that timed out finishes first: this checkpoint waits for the
+    // container's lock.)
+    env.exec(&id, &["rm", "/dev/ballast"], 10).await.unwrap();
     let began = Instant::now();
     checkpoint(&env, &id, &archive, 120).await.unwrap();
     eprintln!(
@@ -353,11 +374,11 @@ async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
     c.image.as_mut().unwrap().image = archive.display().to_string();
     let began = Instant::now();
     let restored = env.create(&pod, &config, c).await;
-    env.start(&restored).await;
     eprintln!(
-        "restore + start of the 256 MiB shell (runc): {:?}",
+        "restore (CreateContainer) of the 256 MiB shell (runc): {:?}",
         began.elapsed()
     );
+    env.start(&restored).await;
     let log = env.log_dir("ck-big").join("big.log");
     let before = numbers(&log).len();
     env.wait_log(&log, Duration::from_secs(20), |_| {

@@ -305,7 +305,7 @@ fn is_empty_path(p: &Path) -> bool {
 }
 
 impl HandlerConfig {
-    fn builtin() -> HandlerConfig {
+    pub(crate) fn builtin() -> HandlerConfig {
         HandlerConfig {
             kind: HandlerType::Builtin,
             binary: PathBuf::new(),
@@ -317,7 +317,7 @@ impl HandlerConfig {
         }
     }
 
-    fn oci(binary: &str) -> HandlerConfig {
+    pub(crate) fn oci(binary: &str) -> HandlerConfig {
         HandlerConfig {
             kind: HandlerType::Oci,
             binary: PathBuf::from(binary),

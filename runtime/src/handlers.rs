@@ -271,6 +271,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn checkpoint_support_follows_the_runtime() {
+        let handler = |config: HandlerConfig| Handler {
+            name: "h".into(),
+            config,
+            recursive_read_only: false,
+            user_namespaces: false,
+        };
+        let support = |c| handler(c).checkpoint_support();
+        assert_eq!(
+            support(HandlerConfig::builtin()),
+            CheckpointSupport::Checkpoint
+        );
+        assert_eq!(
+            support(HandlerConfig::oci("/usr/sbin/runc")),
+            CheckpointSupport::CheckpointRestore
+        );
+        assert_eq!(
+            support(HandlerConfig::oci("/usr/bin/crun")),
+            CheckpointSupport::CheckpointRestore
+        );
+        assert_eq!(
+            support(HandlerConfig::oci("/usr/bin/runsc")),
+            CheckpointSupport::None
+        );
+    }
+
+    #[test]
     fn features_documents_are_read() {
         assert_eq!(features_from(""), (false, false));
         assert_eq!(

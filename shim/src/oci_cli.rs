@@ -384,6 +384,19 @@ pub fn checkpoint(
     )
 }
 
+/// What a restore makes its container from.
+#[derive(Clone, Copy)]
+pub struct RestoreFrom<'a> {
+    /// The OCI bundle.
+    pub bundle: &'a Path,
+    /// CRIU's images.
+    pub image_path: &'a Path,
+    /// Where CRIU writes its log.
+    pub work_path: &'a Path,
+    /// The criu binary, when not `criu` in `$PATH`.
+    pub criu: Option<&'a Path>,
+}
+
 /// `restore --detach`: the container made from `bundle` by restoring the CRIU images in
 /// `image_path`, in place of `create`. The restored processes get the runtime's stdio for the
 /// pipes they had (runc and crun pass them to CRIU as inherited descriptors). Whether they
@@ -395,12 +408,15 @@ pub fn restore(
     rt: &OciCommand,
     root: &Path,
     id: &str,
-    bundle: &Path,
-    image_path: &Path,
-    work_path: &Path,
-    criu: Option<&Path>,
+    from: &RestoreFrom<'_>,
     stdio: ProcessStdio,
 ) -> Result<(i32, Option<OwnedFd>), String> {
+    let RestoreFrom {
+        bundle,
+        image_path,
+        work_path,
+        criu,
+    } = *from;
     let run = Run { rt, root, id, criu };
     let pid_file = root.join(format!("{id}.pid"));
     let console = stdio

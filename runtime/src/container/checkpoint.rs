@@ -248,14 +248,12 @@ impl Daemon {
                 c.id, c.state
             )));
         }
-        let pod = self.pod(&c.sandbox_id)?;
-        let handler = self.handlers().get(&pod.runtime_handler)?.clone();
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, &c.id);
         let staging = paths
             .layer
             .join(format!("checkpoint-{}", crate::util::now_nanos()));
         let result = self
-            .checkpoint_into(&c, &handler, &paths, &staging, location, criu, commit)
+            .checkpoint_into(&c, &staging, location, criu, commit)
             .await;
         if let Err(e) = std::fs::remove_dir_all(&staging) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -268,13 +266,14 @@ impl Daemon {
     async fn checkpoint_into(
         &self,
         c: &ContainerRecord,
-        handler: &crate::handlers::Handler,
-        paths: &ContainerPaths,
         staging: &Path,
         location: &Path,
         criu: &Path,
         commit: &archive::Commit,
     ) -> Result<()> {
+        let pod = self.pod(&c.sandbox_id)?;
+        let handler = self.handlers().get(&pod.runtime_handler)?.clone();
+        let paths = ContainerPaths::new(&self.config.root, &self.config.state, &c.id);
         let images = staging.join(names::CHECKPOINT_DIR);
         let work = staging.join("work");
         for dir in [&images, &work] {

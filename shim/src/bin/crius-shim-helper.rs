@@ -174,8 +174,13 @@ fn run_oci(
                 stdio: stdio(),
                 console_dir,
             };
-            let criu = criu.as_deref();
-            oci_cli::restore(rt, root, id, &bundle, &image_path, &work_path, criu, stdio)
+            let from = oci_cli::RestoreFrom {
+                bundle: &bundle,
+                image_path: &image_path,
+                work_path: &work_path,
+                criu: criu.as_deref(),
+            };
+            oci_cli::restore(rt, root, id, &from, stdio)
         }
     }
 }

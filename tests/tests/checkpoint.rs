@@ -2,9 +2,9 @@
 //! and a file in its writable layer are checkpointed (the container runs on), the container
 //! is removed, and a `CreateContainer` whose image is the archive restores it into another
 //! pod, where it goes on counting after `StartContainer` with the file intact. Also: the
-//! archive's layout, a checkpoint under the built-in handler (which cannot restore), a timeout
-//! too short for the dump (the container runs on, no archive), bad requests, and a crius
-//! without a usable criu. Prints the checkpoint and restore times it measures. Run as root.
+//! archive's layout, a checkpoint under the built-in handler (which cannot restore; runc
+//! restores its archive), a timeout too short for the dump (the container runs on, no
+//! archive), bad requests, and a crius without a usable criu. Prints the checkpoint and restore times it measures. Run as root.
 //!
 //! crius is pointed at `/opt/crius/criu/bin/criu` when `contrib/criu/install` put one there
 //! (kernels Debian 12's criu does not know), else at `criu` in `$PATH`.
@@ -233,7 +233,7 @@ async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
 }
 
 #[tokio::test]
-async fn the_builtin_handler_checkpoints_but_cannot_restore() {
+async fn the_builtin_handler_checkpoints_and_runc_restores_it() {
     let mut env = Env::with_config(76, &criu_config()).await;
     let pushed = env.pushed.clone();
     env.image_ref = env.pull(&pushed.reference).await;
@@ -272,6 +272,24 @@ async fn the_builtin_handler_checkpoints_but_cannot_restore() {
         .await
         .unwrap_err();
     assert_status::<()>(Err(err), Code::Unimplemented, &["runc or crun"]);
+
+    // The archive restores into a pod of the runc handler, counting on.
+    let config_b = pod_config(&env, "ck-builtin-runc");
+    let pod_b = env.run_pod_with_handler(config_b.clone(), "runc").await;
+    let mut c = counter(&env);
+    c.image.as_mut().unwrap().image = archive.display().to_string();
+    let restored = env.create(&pod_b, &config_b, c).await;
+    env.start(&restored).await;
+    let log_b = env.log_dir("ck-builtin-runc").join("counter.log");
+    env.wait_log(&log_b, Duration::from_secs(10), |_| {
+        numbers(&log_b).len() >= 3
+    })
+    .await;
+    assert!(numbers(&log_b)[0] > 1, "{:?}", numbers(&log_b));
+    env.stop(&restored, 0).await;
+    env.remove(&restored).await;
+    env.stop_pod(&pod_b).await;
+    env.remove_pod(&pod_b).await;
 
     env.stop(&id, 0).await;
     env.remove(&id).await;

@@ -6,7 +6,9 @@
 //! annotation names), so nothing runs before `StartContainer`, which continues them.
 //!
 //! Only handlers whose runtime has a restore can do it (runc, crun): libcontainer 0.7 has
-//! none. The container's processes, memory and open files come from the archive; its command
+//! none. runc restores the built-in handler's checkpoints as well as its own (the CRIU images
+//! do not depend on who dumped them; libcontainer marks bind mounts and the network namespace
+//! external as runc does). The container's processes, memory and open files come from the archive; its command
 //! and arguments in the request are not used. Its mounts must be the ones it was
 //! checkpointed with (CRIU finds each bind mount by its destination), its pod may be another
 //! one: the network namespace is the new pod's, TCP connections are not restored.
@@ -91,7 +93,8 @@ impl Daemon {
             CheckpointSupport::Checkpoint => {
                 return Err(Error::Unsupported(format!(
                     "restore of {:?}: runtime handler {:?} (the built-in one, libcontainer 0.7) \
-                     cannot restore a checkpoint; run the pod with runtime handler runc or crun",
+                     cannot restore a checkpoint; run the pod with runtime handler runc or crun \
+                     (which restore the built-in handler's checkpoints too)",
                     excerpt(path),
                     handler.name
                 )))

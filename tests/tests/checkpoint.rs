@@ -193,6 +193,22 @@ async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
     let pod_b = env.run_pod_with_handler(config_b.clone(), "runc").await;
     let mut c = counter(&env);
     c.image.as_mut().unwrap().image = archive.display().to_string();
+    // Not into the pod's PID namespace: runc cannot restore there.
+    let mut shared = c.clone();
+    common::sc(&mut shared).namespace_options = Some(crius_api::v1::NamespaceOption {
+        pid: NamespaceMode::Pod as i32,
+        ..Default::default()
+    });
+    let err = env
+        .rt()
+        .create_container(crius_api::v1::CreateContainerRequest {
+            pod_sandbox_id: pod_b.clone(),
+            config: Some(shared),
+            sandbox_config: Some(config_b.clone()),
+        })
+        .await
+        .unwrap_err();
+    assert_status::<()>(Err(err), Code::FailedPrecondition, &["PID namespace"]);
     let began = Instant::now();
     let restored = env.create(&pod_b, &config_b, c).await;
     let restore_took = began.elapsed();

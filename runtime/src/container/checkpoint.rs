@@ -71,20 +71,21 @@ pub mod names {
     pub const STATS_DUMP: &str = "stats-dump";
 }
 
-/// The criu binary `criu_path` names, checked with `criu check` (once per path: a criu too old
-/// for the kernel fails there, before any container is touched), or why it cannot be used.
+/// The criu binary `criu_path` names, checked with `criu check` (a criu too old for the
+/// kernel fails there, before any container is touched), or why it cannot be used. A criu
+/// that passed is remembered for its configured path; a failure is not, so installing criu
+/// needs no restart.
 pub async fn criu_binary(configured: &Path) -> std::result::Result<PathBuf, String> {
-    static PROBED: std::sync::Mutex<Option<(PathBuf, std::result::Result<PathBuf, String>)>> =
-        std::sync::Mutex::new(None);
-    if let Some((path, result)) = PROBED.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+    static PASSED: std::sync::Mutex<Option<(PathBuf, PathBuf)>> = std::sync::Mutex::new(None);
+    if let Some((path, found)) = PASSED.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         if path == configured {
-            return result.clone();
+            return Ok(found.clone());
         }
     }
-    let result = probe_criu(configured).await;
-    *PROBED.lock().unwrap_or_else(|p| p.into_inner()) =
-        Some((configured.to_path_buf(), result.clone()));
-    result
+    let found = probe_criu(configured).await?;
+    *PASSED.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some((configured.to_path_buf(), found.clone()));
+    Ok(found)
 }
 
 async fn probe_criu(configured: &Path) -> std::result::Result<PathBuf, String> {

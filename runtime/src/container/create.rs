@@ -173,7 +173,11 @@ impl Daemon {
         // An image that is an absolute path is a checkpoint archive to restore (as CRI-O
         // takes it): the container runs the image it was checkpointed from.
         let restore = match image_name.starts_with('/') {
-            true => Some(self.restore_source(&image_name, handler).await?),
+            true => {
+                let source = self.restore_source(&image_name, handler).await?;
+                super::restore::check_restorable(&config, &pod_config)?;
+                Some(source)
+            }
             false => None,
         };
         let (image_name, image) = match &restore {

@@ -37,6 +37,45 @@ pub(super) struct RestoreSource {
     pub image: ImageRecord,
 }
 
+/// What a restore cannot do with this container: join the pod's (or another container's) PID
+/// namespace (runc 1.1 cannot restore into an existing one), or run in a user namespace
+/// (untested).
+pub(super) fn check_restorable(
+    config: &crius_api::v1::ContainerConfig,
+    pod_config: &crius_api::v1::PodSandboxConfig,
+) -> Result<()> {
+    let own = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref());
+    let pod = pod_config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref());
+    let ns = own.or(pod);
+    if ns.map_or(0, |n| n.pid) != crius_api::v1::NamespaceMode::Container as i32 {
+        return Err(Error::FailedPrecondition(
+            "config.linux.security_context.namespace_options.pid: a restored container needs \
+             its own PID namespace (CONTAINER); runc 1.1 cannot restore into the pod's or \
+             another container's"
+                .into(),
+        ));
+    }
+    if ns
+        .and_then(|n| n.userns_options.as_ref())
+        .is_some_and(|u| u.mode != crius_api::v1::NamespaceMode::Node as i32)
+    {
+        return Err(Error::FailedPrecondition(
+            "namespace_options.userns_options: restoring into a user-namespaced pod is not \
+             supported"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// `config.dump` of the archive at `path`, read without unpacking the rest.
 fn read_config_dump(path: &Path) -> std::io::Result<Option<ConfigDump>> {
     let mut ar = tar::Archive::new(std::io::BufReader::new(std::fs::File::open(path)?));

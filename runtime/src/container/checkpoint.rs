@@ -145,10 +145,9 @@ fn check_location(location: &str) -> Result<PathBuf> {
             "must be the absolute path of the archive file to write",
         ));
     }
-    let Some(dir) = path.parent().filter(|d| d.is_dir()) else {
+    if !path.parent().is_some_and(Path::is_dir) {
         return Err(bad("its directory does not exist"));
-    };
-    let _ = dir;
+    }
     if path.is_dir() {
         return Err(bad("is a directory"));
     }
@@ -332,9 +331,7 @@ impl Daemon {
                 .ok()
                 .and_then(|v| v["Err"]["message"].as_str().map(str::to_owned))
                 .unwrap_or_else(|| format!("helper exited with {}", out.status));
-            let log = crius_common::error_chain(&std::io::Error::other(last_criu_errors(
-                &work.join("dump.log"),
-            )));
+            let log = last_criu_errors(&work.join("dump.log"));
             return Err(Error::FailedPrecondition(format!(
                 "checkpoint container {}: {message}{}",
                 c.id,
@@ -389,7 +386,9 @@ impl Daemon {
     }
 }
 
-/// The last few `Error` lines of a CRIU log, `; `-joined.
+/// The last few `Error` lines of a CRIU log, `; `-joined, at most 1024 characters (without
+/// the one about raising its own RLIMIT_NOFILE, which it reports without harm where it may
+/// not). The log itself goes with the staging directory.
 fn last_criu_errors(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let errors: Vec<&str> = text

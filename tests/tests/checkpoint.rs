@@ -473,6 +473,47 @@ async fn bad_checkpoint_requests_are_refused_by_field() {
         .unwrap_err();
     assert_status::<()>(Err(err), Code::NotFound, &["checkpoint archive"]);
 
+    // A dump CRIU refuses (an established TCP connection, not dumped by default) fails with
+    // CRIU's reason, leaves the container running and writes nothing.
+    let tcp = env.container_config(
+        "tcp",
+        &[
+            "sh",
+            "-c",
+            "sleep 100000 | nc -l -p 7000 > /dev/null & sleep 0.5; \
+             sleep 100000 | nc 127.0.0.1 7000 > /dev/null & sleep 0.5; echo connected; \
+             i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done",
+        ],
+    );
+    let id = env.create_start(&pod, &config, tcp).await;
+    let log = env.log_dir("ck-bad").join("tcp.log");
+    env.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
+        .await;
+    let err = checkpoint(&env, &id, &ok, 30).await.unwrap_err();
+    eprintln!("refused dump: {}", err.message());
+    assert_status::<()>(Err(err), Code::FailedPrecondition, &["criu"]);
+    assert!(!ok.exists());
+    assert!(
+        !files_in(env.crius.dir()).iter().any(|p| p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .contains("crius-")),
+        "temporary archive left: {:?}",
+        files_in(env.crius.dir())
+    );
+    let at = numbers(&log).last().copied().unwrap_or(0);
+    env.wait_log(&log, Duration::from_secs(10), |_| {
+        numbers(&log).last().is_some_and(|n| *n >= at + 5)
+    })
+    .await;
+    assert_eq!(
+        env.status(&id).await.state,
+        ContainerState::ContainerRunning as i32
+    );
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+
     env.remove(&created).await;
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;

@@ -218,7 +218,9 @@ impl Daemon {
         };
         match answer {
             Some(Ok(result)) => {
-                tracing::info!(container = %c.id, elapsed_ms = started.elapsed().as_millis() as u64, "checkpointed");
+                if result.is_ok() {
+                    tracing::info!(container = %c.id, elapsed_ms = started.elapsed().as_millis() as u64, "checkpointed");
+                }
                 result
             }
             Some(Err(_)) => Err(Error::internal(

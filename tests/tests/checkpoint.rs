@@ -4,7 +4,8 @@
 //! pod, where it goes on counting after `StartContainer` with the file intact. Also: the
 //! archive's layout, a checkpoint under the built-in handler (which cannot restore; runc
 //! restores its archive), a timeout too short for the dump (the container runs on, no
-//! archive), bad requests, and a crius without a usable criu. Prints the checkpoint and restore times it measures. Run as root.
+//! archive), a dump CRIU refuses, bad requests, gVisor (Unimplemented), and a crius without a
+//! usable criu. Prints the checkpoint and restore times it measures. Run as root.
 //!
 //! crius is pointed at `/opt/crius/criu/bin/criu` when `contrib/criu/install` put one there
 //! (kernels Debian 12's criu does not know), else at `criu` in `$PATH`.
@@ -513,6 +514,40 @@ async fn bad_checkpoint_requests_are_refused_by_field() {
     );
     env.stop(&id, 0).await;
     env.remove(&id).await;
+
+    // gVisor's checkpoints are not CRIU's: Unimplemented, saying so, for both directions.
+    if Path::new("/usr/bin/runsc").exists() {
+        let g_config = env.pod_config("ck-gvisor", false);
+        let g_pod = env.run_pod_with_handler(g_config.clone(), "runsc").await;
+        let g = env
+            .create_start(
+                &g_pod,
+                &g_config,
+                env.container_config("sleeper", &["sleep", "1000"]),
+            )
+            .await;
+        let err = checkpoint(&env, &g, &ok, 0).await.unwrap_err();
+        assert_status::<()>(Err(err), Code::Unimplemented, &["runsc", "gVisor"]);
+        let mut c = counter(&env);
+        // The archive's existence is checked first; any file reaches the handler's check.
+        let any_file = env.crius.dir().join("not-an-archive.tar");
+        std::fs::write(&any_file, b"x").unwrap();
+        c.image.as_mut().unwrap().image = any_file.display().to_string();
+        let err = env
+            .rt()
+            .create_container(crius_api::v1::CreateContainerRequest {
+                pod_sandbox_id: g_pod.clone(),
+                config: Some(c),
+                sandbox_config: Some(g_config.clone()),
+            })
+            .await
+            .unwrap_err();
+        assert_status::<()>(Err(err), Code::Unimplemented, &["cannot restore"]);
+        env.stop(&g, 0).await;
+        env.remove(&g).await;
+        env.stop_pod(&g_pod).await;
+        env.remove_pod(&g_pod).await;
+    }
 
     env.remove(&created).await;
     env.stop_pod(&pod).await;

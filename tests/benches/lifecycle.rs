@@ -20,7 +20,8 @@
 //!   with the bridge network in a user namespace (when the runtime advertises them);
 //! - `CreateContainer` + `StartContainer` of busybox `sleep 3600`, also in a user-namespaced pod;
 //! - `ExecSync` of `true`;
-//! - `StopContainer` (timeout 0) + `RemoveContainer`;
+//! - `StopContainer` (timeout 0) + `RemoveContainer`, and `RemoveContainer` alone;
+//! - `StopPodSandbox` and then `RemovePodSandbox` of a pod with the bridge network;
 //! - RSS and PSS (`/proc/<pid>/smaps_rollup`) of the shim of a pod with one container;
 //! - the daemon's RSS with `--pods` pods running, each with one `sleep` container.
 //!
@@ -36,8 +37,27 @@
 //! process whose RSS is reported with the pods running.
 //!
 //! `--serve --hosts-dir DIR` only pushes the images, writes the mirror and keeps the registry up
-//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image; `--runtime-handler NAME` runs every pod under that RuntimeClass handler; `--crius-log FILE` keeps crius's log (info level) there; `--nri off|on|plugin` runs crius with NRI off, on without a plugin (the default), or with one test plugin connected that takes every event and adjusts nothing; `--metrics ADDRESS` turns crius's metrics endpoint on
-//! (`[metrics] address`) and scrapes it once with the pods running (its size and time).
+//! until stdin is closed (to time `crictl pull` by hand). `--no-big-pull` skips the big image;
+//! `--runtime-handler NAME` runs every pod under that RuntimeClass handler; `--crius-log FILE`
+//! keeps crius's log there; `--nri off|on|plugin` runs crius with NRI off, on without a plugin
+//! (the default), or with one test plugin connected that takes every event and adjusts
+//! nothing; `--metrics ADDRESS` turns crius's metrics endpoint on (`[metrics] address`) and
+//! scrapes it once with the pods running (its size and time).
+//!
+//! More, each opt-in:
+//! - `--steady SECS`: kubelet's steady call pattern over the `--pods` running pods for SECS
+//!   seconds (ListPodSandbox + ListContainers every second, ListContainerStats +
+//!   ListPodSandboxStats every 10 s, an ExecSync probe of each container every 10 s spread over
+//!   the period): CPU seconds per minute of the daemon and of the pods' shims (their reaped
+//!   children included), and their RSS afterwards;
+//! - `--burst`: pods with one container each started several at a time as kubelet does after a
+//!   node reboot: 20 pods 1, 2, 5, 10 and 20 at a time (the curve), 30 by 10 and 60 by 20; wall
+//!   time and each pod's p50 and p99.
+//!
+//! With crius started by the bench, its log has a debug line of the phases of every
+//! RunPodSandbox (files, netns, CNI ADD, shim start, pause create and start, record) and
+//! CreateContainer (rootfs, image config, volumes, spec, bundle, shim create), and the bench
+//! prints each phase's p50 and p95: where the time of a call goes inside crius.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -85,6 +105,10 @@ struct Args {
     /// `off`: `[nri] enable = false`; `on` (the default): NRI on, no plugin; `plugin`: one
     /// test plugin connected that subscribes to every event and adjusts nothing.
     nri: String,
+    /// Bursts of pods started several at a time (`--burst`).
+    burst: bool,
+    /// Seconds of kubelet's steady call pattern over the running pods (`--steady SECS`; 0: none).
+    steady: u64,
 }
 
 fn parse_args() -> Result<Args> {
@@ -101,6 +125,8 @@ fn parse_args() -> Result<Args> {
         serve: false,
         handler: String::new(),
         nri: "on".into(),
+        burst: false,
+        steady: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -123,6 +149,8 @@ fn parse_args() -> Result<Args> {
             "--serve" => args.serve = true,
             "--runtime-handler" => args.handler = value()?,
             "--metrics" => args.metrics = Some(value()?),
+            "--burst" => args.burst = true,
+            "--steady" => args.steady = value()?.parse()?,
             "--nri" => {
                 args.nri = value()?;
                 if !["on", "off", "plugin"].contains(&args.nri.as_str()) {
@@ -263,6 +291,10 @@ async fn run(args: &Args) -> Result<()> {
     };
     let result = measure(args, &mut bench, &names, big.as_ref(), daemon_pid).await;
     let cleanup = bench.remove_all_pods().await;
+    let log = daemon
+        .as_ref()
+        .and_then(|d| std::fs::read_to_string(&d.log).ok())
+        .unwrap_or_default();
     if let Some(d) = daemon.take() {
         d.stop();
     }
@@ -275,6 +307,19 @@ async fn run(args: &Args) -> Result<()> {
     let report = result?;
     cleanup?;
     report.print(args);
+    for (what, title) in [("run", "RunPodSandbox"), ("create", "CreateContainer")] {
+        let lines = phase_breakdown(&log, what);
+        if !lines.is_empty() {
+            println!();
+            println!(
+                "{title} inside crius, by phase: {:>7} {:>8}",
+                "p50 ms", "p95 ms"
+            );
+            for l in lines {
+                println!("{l}");
+            }
+        }
+    }
     Ok(())
 }
 
@@ -303,6 +348,8 @@ struct Names {
 
 #[derive(Default)]
 struct Report {
+    /// Lines of the burst and steady-state sections, printed as they are.
+    extra: Vec<String>,
     daemon: String,
     big_pull: Option<(Duration, BigImage)>,
     busybox_pull: Duration,
@@ -366,6 +413,7 @@ async fn measure(
             continue;
         }
         let mut times = Vec::with_capacity(n);
+        let (mut stops, mut removes) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for i in 0..=n {
             let mut config = bench.pod_config(host);
             if own_users {
@@ -373,13 +421,24 @@ async fn measure(
             }
             let (id, took) = timed(bench.run_pod(&config)).await;
             let id = id?;
+            let (stopped, stop_took) = timed(bench.stop_pod(&id)).await;
+            stopped?;
+            let (removed, remove_took) = timed(bench.remove_pod(&id)).await;
+            removed?;
             // The first run is a warm-up.
             if i > 0 {
                 times.push(took);
+                stops.push(stop_took);
+                removes.push(remove_took);
             }
-            bench.remove_pod(&id).await?;
         }
         report.ops.push((label, times));
+        if !host && !own_users {
+            report.ops.push(("StopPodSandbox (bridge CNI)", stops));
+            report
+                .ops
+                .push(("RemovePodSandbox (stopped, bridge CNI)", removes));
+        }
     }
 
     // Container operations in one pod without network.
@@ -388,6 +447,7 @@ async fn measure(
     let mut create_start = Vec::with_capacity(n);
     let mut exec = Vec::with_capacity(n);
     let mut stop_remove = Vec::with_capacity(n);
+    let mut removes = Vec::with_capacity(n);
     for i in 0..=n {
         let (id, took) = timed(bench.create_start(&pod, &pod_config)).await;
         let id = id?;
@@ -396,12 +456,15 @@ async fn measure(
         if code != 0 {
             return Err(format!("ExecSync true in {id} exited {code}").into());
         }
-        let (done, stop_took) = timed(bench.stop_remove(&id)).await;
+        let (done, stop_took) = timed(bench.stop(&id)).await;
+        done?;
+        let (done, remove_took) = timed(bench.remove(&id)).await;
         done?;
         if i > 0 {
             create_start.push(took);
             exec.push(exec_took);
-            stop_remove.push(stop_took);
+            stop_remove.push(stop_took + remove_took);
+            removes.push(remove_took);
         }
     }
     report
@@ -411,6 +474,7 @@ async fn measure(
     report
         .ops
         .push(("StopContainer(0)+RemoveContainer", stop_remove));
+    report.ops.push(("RemoveContainer (stopped)", removes));
     bench.remove_pod(&pod).await?;
 
     // The same in a user-namespaced pod: the rootfs is an overlay over idmapped layers.
@@ -456,10 +520,11 @@ async fn measure(
     }
     let t = Instant::now();
     let mut pods = Vec::with_capacity(args.pods);
+    let mut containers = Vec::with_capacity(args.pods);
     for _ in 0..args.pods {
         let config = bench.pod_config(false);
         let id = bench.run_pod(&config).await?;
-        bench.create_start(&id, &config).await?;
+        containers.push(bench.create_start(&id, &config).await?);
         pods.push(id);
     }
     report.pods_start_time = t.elapsed();
@@ -493,12 +558,256 @@ async fn measure(
             report.shims_found += 1;
         }
     }
+    if args.steady > 0 {
+        let lines = steady(bench, &pods, &containers, args.steady, daemon_pid).await?;
+        report.extra.extend(lines);
+    }
     let t = Instant::now();
     for pod in &pods {
         bench.remove_pod(pod).await?;
     }
     report.pods_remove_time = t.elapsed();
+    if args.burst {
+        report.extra.push(String::new());
+        report.extra.push(format!(
+            "{:<34} {:>8} {:>12} {:>12}",
+            "burst (pod + 1 container)", "wall s", "p50 pod ms", "p99 pod ms"
+        ));
+        let curve = [1, 2, 5, 10, 20].map(|p| (20, p));
+        for (total, parallel) in curve.into_iter().chain([(30, 10), (60, 20)]) {
+            let (wall, mut times) = burst(bench, total, parallel).await?;
+            times.sort();
+            report.extra.push(format!(
+                "{:<34} {:>8.2} {:>12.1} {:>12.1}",
+                format!("{total} pods, {parallel} at a time"),
+                wall.as_secs_f64(),
+                ms(percentile(&times, 50)),
+                ms(percentile(&times, 99))
+            ));
+        }
+    }
     Ok(report)
+}
+
+/// Starts `total` pods, each with one container, `parallel` at a time (as kubelet does after
+/// a node reboot); returns the wall time and each pod's time, then removes them (untimed).
+async fn burst(
+    bench: &mut Bench,
+    total: usize,
+    parallel: usize,
+) -> Result<(Duration, Vec<Duration>)> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = std::sync::Arc::new(AtomicUsize::new(0));
+    let t = Instant::now();
+    let mut workers = Vec::new();
+    for w in 0..parallel {
+        let mut b = bench.clone();
+        b.seq = bench.seq + (w + 1) * 1_000_000;
+        let next = std::sync::Arc::clone(&next);
+        workers.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            while next.fetch_add(1, Ordering::SeqCst) < total {
+                let t = Instant::now();
+                let config = b.pod_config(false);
+                let id = b.run_pod(&config).await.map_err(|e| e.to_string())?;
+                b.create_start(&id, &config)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                out.push((id, t.elapsed()));
+            }
+            Ok::<_, String>((b, out))
+        }));
+    }
+    let mut done = Vec::new();
+    let mut first_error = None;
+    for w in workers {
+        match w.await {
+            Ok(Ok((b, out))) => {
+                bench.seq = bench.seq.max(b.seq);
+                done.extend(out);
+            }
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e.to_string());
+            }
+        }
+    }
+    let wall = t.elapsed();
+    for (id, _) in &done {
+        bench.remove_pod(id).await?;
+    }
+    if let Some(e) = first_error {
+        return Err(e.into());
+    }
+    Ok((wall, done.into_iter().map(|(_, d)| d).collect()))
+}
+
+/// Kubelet's calls in steady state for `secs` seconds over the running pods: relist (pods and
+/// containers) every second, stats every 10 s, and an ExecSync probe of each container every
+/// 10 s, spread over the period. Reports the CPU time of the daemon and the pods' shims per
+/// minute, and their memory afterwards.
+async fn steady(
+    bench: &mut Bench,
+    pods: &[String],
+    containers: &[String],
+    secs: u64,
+    daemon_pid: Option<u32>,
+) -> Result<Vec<String>> {
+    let shims: Vec<u32> = pods.iter().filter_map(|p| find_shim(p)).collect();
+    let cpu = |pids: &[u32]| -> f64 { pids.iter().map(|p| cpu_seconds(*p)).sum() };
+    let daemon: Vec<u32> = daemon_pid.into_iter().collect();
+    let (d0, s0) = (cpu(&daemon), cpu(&shims));
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    let rt = bench.rt.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut rt = rt;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        while Instant::now() < end {
+            tick.tick().await;
+            let _ = rt.list_pod_sandbox(ListPodSandboxRequest::default()).await;
+            let _ = rt.list_containers(ListContainersRequest::default()).await;
+        }
+    }));
+    let rt = bench.rt.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut rt = rt;
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        while Instant::now() < end {
+            tick.tick().await;
+            let _ = rt
+                .list_container_stats(ListContainerStatsRequest::default())
+                .await;
+            let _ = rt
+                .list_pod_sandbox_stats(ListPodSandboxStatsRequest::default())
+                .await;
+        }
+    }));
+    let n = containers.len().max(1) as u32;
+    for (i, c) in containers.iter().enumerate() {
+        let (mut b, c) = (bench.clone(), c.clone());
+        let offset = Duration::from_secs(10) * i as u32 / n;
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(offset).await;
+            let mut tick = tokio::time::interval(Duration::from_secs(10));
+            while Instant::now() < end {
+                tick.tick().await;
+                let _ = b.exec_true(&c).await;
+            }
+        }));
+    }
+    tokio::time::sleep_until(end.into()).await;
+    for t in tasks {
+        t.abort();
+    }
+    let (d1, s1) = (cpu(&daemon), cpu(&shims));
+    let per_min = 60.0 / secs as f64;
+    let mut lines = vec![
+        String::new(),
+        format!(
+            "steady state, {} pods, {secs} s (relist 1 s, stats 10 s, ExecSync probe per pod 10 s):",
+            pods.len()
+        ),
+        format!(
+            "  CPU per minute: daemon {:.2} s, {} shims {:.2} s, together {:.2} s",
+            (d1 - d0) * per_min,
+            shims.len(),
+            (s1 - s0) * per_min,
+            (d1 - d0 + s1 - s0) * per_min
+        ),
+    ];
+    if let Some(pid) = daemon_pid {
+        lines.push(format!(
+            "  daemon RSS afterwards: {} KiB",
+            Memory::of(pid)?.rss_kib
+        ));
+    }
+    let rss: u64 = shims
+        .iter()
+        .filter_map(|p| Memory::of(*p).ok())
+        .map(|m| m.rss_kib)
+        .sum();
+    if !shims.is_empty() {
+        lines.push(format!(
+            "  shim RSS afterwards: {} KiB each on average",
+            rss / shims.len() as u64
+        ));
+    }
+    Ok(lines)
+}
+
+/// User + system CPU time of process `pid` and its reaped children so far, in seconds (0 if
+/// it is gone).
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // after the command name, which may hold spaces, in parentheses
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields 14 to 17 of the line (utime, stime, and the same of reaped children: a shim's
+    // helpers, the daemon's CNI plugins) are 11 to 14 after the name
+    let ticks: u64 = [11, 12, 13, 14]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    // SAFETY: sysconf reads a constant of the system; no memory is touched.
+    let hz = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) };
+    ticks as f64 / hz.max(1) as f64
+}
+
+/// Medians and p95 of each phase of `<what> phases` debug lines in crius's log.
+fn phase_breakdown(log: &str, what: &str) -> Vec<String> {
+    let mut phases: Vec<(String, Vec<Duration>)> = Vec::new();
+    let needle = format!("{what} phases");
+    for line in log.lines().filter(|l| l.contains(&needle)) {
+        let Some((_, rest)) = line.split_once("phases=") else {
+            continue;
+        };
+        for kv in rest.split_whitespace() {
+            let Some((name, v)) = kv.split_once('=') else {
+                continue;
+            };
+            let Some(ms) = v.strip_suffix("ms").and_then(|v| v.parse::<f64>().ok()) else {
+                continue;
+            };
+            let d = Duration::from_secs_f64(ms / 1e3);
+            match phases.iter_mut().find(|(n, _)| n == name) {
+                Some((_, v)) => v.push(d),
+                None => phases.push((name.to_string(), vec![d])),
+            }
+        }
+    }
+    // in the order of the call with the most phases (a pod with a network)
+    let order: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .filter_map(|l| l.split_once("phases=").map(|(_, r)| r))
+        .max_by_key(|r| r.split_whitespace().count())
+        .map(|r| {
+            r.split_whitespace()
+                .filter_map(|kv| kv.split_once('=').map(|(n, _)| n.to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    phases.sort_by_key(|(name, _)| order.iter().position(|o| o == name));
+    phases
+        .into_iter()
+        .map(|(name, mut v)| {
+            v.sort();
+            format!(
+                "  {:<16} {:>8.2} {:>8.2}   (n = {})",
+                name,
+                ms(percentile(&v, 50)),
+                ms(percentile(&v, 95)),
+                v.len()
+            )
+        })
+        .collect()
 }
 
 impl Report {
@@ -564,6 +873,9 @@ impl Report {
             self.pods_start_time.as_secs_f64(),
             self.pods_remove_time.as_secs_f64()
         );
+        for line in &self.extra {
+            println!("{line}");
+        }
     }
 }
 
@@ -614,6 +926,7 @@ fn with_userns(config: &mut PodSandboxConfig) {
     }
 }
 
+#[derive(Clone)]
 struct Bench {
     rt: RuntimeServiceClient<Channel>,
     /// The RuntimeClass handler every pod names (`--runtime-handler`; empty: the default).
@@ -702,13 +1015,19 @@ impl Bench {
         Ok(reply.into_inner().pod_sandbox_id)
     }
 
-    async fn remove_pod(&mut self, id: &str) -> Result<()> {
+    async fn stop_pod(&mut self, id: &str) -> Result<()> {
         self.rt
             .stop_pod_sandbox(StopPodSandboxRequest {
                 pod_sandbox_id: id.into(),
             })
             .await
             .map_err(|s| format!("StopPodSandbox {id}: {s}"))?;
+        Ok(())
+    }
+
+    /// StopPodSandbox + RemovePodSandbox.
+    async fn remove_pod(&mut self, id: &str) -> Result<()> {
+        self.stop_pod(id).await?;
         self.rt
             .remove_pod_sandbox(RemovePodSandboxRequest {
                 pod_sandbox_id: id.into(),
@@ -771,6 +1090,12 @@ impl Bench {
 
     /// StopContainer with timeout 0 (straight to SIGKILL) + RemoveContainer.
     async fn stop_remove(&mut self, id: &str) -> Result<()> {
+        self.stop(id).await?;
+        self.remove(id).await
+    }
+
+    /// StopContainer with timeout 0.
+    async fn stop(&mut self, id: &str) -> Result<()> {
         self.rt
             .stop_container(StopContainerRequest {
                 container_id: id.into(),
@@ -778,6 +1103,10 @@ impl Bench {
             })
             .await
             .map_err(|s| format!("StopContainer {id}: {s}"))?;
+        Ok(())
+    }
+
+    async fn remove(&mut self, id: &str) -> Result<()> {
         self.rt
             .remove_container(RemoveContainerRequest {
                 container_id: id.into(),
@@ -899,6 +1228,7 @@ fn scrape(address: &str) -> Result<usize> {
 struct Daemon {
     child: Child,
     socket: PathBuf,
+    log: PathBuf,
 }
 
 impl Daemon {
@@ -928,7 +1258,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "log_level = \"info\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
+                "log_level = \"info,crius::pod::run=debug,crius::container::create=debug\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
                  [cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{CNI_BIN}\"]\n\n\
                  [runtime]\nshim_path = \"{}\"\n{}",
                 hosts.display(),
@@ -967,7 +1297,11 @@ impl Daemon {
             child.id(),
             shim.display()
         );
-        Ok(Daemon { child, socket })
+        Ok(Daemon {
+            child,
+            socket,
+            log: log_path,
+        })
     }
 
     fn pid(&self) -> u32 {

@@ -50,6 +50,14 @@ async fn connected(env: &Env) -> Vec<String> {
         .collect()
 }
 
+/// Whether the environment of container `id` holds `var` (`KEY=VALUE`).
+async fn has_env(env: &Env, id: &str, var: &str) -> bool {
+    let out = env.exec(id, &["env"], 10).await.unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l == var)
+}
+
 /// The container's CPU quota and period as the kernel shows them in its cgroup (v2 or v1).
 async fn cpu_limit(env: &Env, id: &str) -> String {
     let spec = env.status_info(id).await;
@@ -106,9 +114,7 @@ async fn a_plugin_adjusts_env_mounts_and_cpu_and_sees_every_event_in_order() {
             env.container_config("work", &["sleep", "1000"]),
         )
         .await;
-    let out = env.exec(&c, &["env"], 10).await.unwrap();
-    let vars = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(vars.lines().any(|l| l == "NRI_INJECTED=yes"), "{vars}");
+    assert!(has_env(&env, &c, "NRI_INJECTED=yes").await);
     let out = env.exec(&c, &["cat", "/nri-data/hello"], 10).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from the plugin\n");
     // read-only, as the plugin asked
@@ -385,9 +391,7 @@ async fn crius_starts_the_plugins_of_plugin_path_with_their_config_and_again_aft
             env.container_config("work", &["sleep", "1000"]),
         )
         .await;
-    let out = env.exec(&c, &["env"], 10).await.unwrap();
-    let vars = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(vars.lines().any(|l| l == "FROM_CONF=1"), "{vars}");
+    assert!(has_env(&env, &c, "FROM_CONF=1").await);
 
     env.crius.restart().await.unwrap();
     wait_for(
@@ -409,10 +413,7 @@ async fn crius_starts_the_plugins_of_plugin_path_with_their_config_and_again_aft
             env.container_config("again", &["sleep", "1000"]),
         )
         .await;
-    let out = env.exec(&c2, &["env"], 10).await.unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .any(|l| l == "FROM_CONF=1"));
+    assert!(has_env(&env, &c2, "FROM_CONF=1").await);
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }

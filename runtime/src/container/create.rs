@@ -288,6 +288,7 @@ impl Daemon {
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, &id);
         let staging = volumes::staging_dir(&paths.bundle);
         let userns = self.pod_userns(&pod.id, pod_config)?;
+        let mut phases = crate::util::Phases::start();
         let lowerdirs = self.images.lease(&id, &record.image_id)?;
         volumes::mount_rootfs(
             &lowerdirs,
@@ -297,10 +298,12 @@ impl Daemon {
             &staging,
             userns.as_ref(),
         )?;
+        phases.mark("rootfs");
         let restore_dir = paths.layer.join("restore");
         if let Some((archive, _)) = restore {
             self.unpack_checkpoint(archive, &restore_dir, &paths.rootfs)
                 .await?;
+            phases.mark("unpack_checkpoint");
         }
         let image_record = self
             .images
@@ -351,7 +354,9 @@ impl Daemon {
                 &with_image_volumes
             }
         };
+        phases.mark("image_config");
         let staged_config = self.stage_volumes(&id, mount_config, &staging, userns.as_ref())?;
+        phases.mark("volumes");
         let spec = crate::spec::container_spec(&crate::spec::ContainerSpecInput {
             container_id: &id,
             sandbox_id: &pod.id,
@@ -385,6 +390,7 @@ impl Daemon {
         if restore.is_some() {
             spec = super::restore::restore_spec(spec, &restore_dir)?;
         }
+        phases.mark("spec");
         write_spec(&paths.bundle, &spec)?;
         // A working directory the image lacks is made, as runc does under containerd.
         if let Some(cwd) = spec.process().as_ref().map(|p| p.cwd()) {
@@ -403,6 +409,7 @@ impl Daemon {
                 })?;
             }
         }
+        phases.mark("bundle");
         let shim = self.shims.get(&pod.id).await?;
         let pid = shim
             .create_container(crius_api::shim::CreateContainer {
@@ -427,6 +434,8 @@ impl Daemon {
         }
         cgroups::attach(&pod.cgroup, &id, pid).await?;
         record.pid = u32::try_from(pid).ok();
+        phases.mark("shim_create");
+        tracing::debug!(container = %id, phases = %phases, "create phases");
         record.state = ContainerState::Created;
         self.containers.put(&self.store, &id, record)?;
         Ok(())
@@ -446,12 +455,7 @@ impl Daemon {
         let nri_pod = crate::nri::convert::pod(pod);
         let nri_container = crate::nri::convert::container(record, Some(&json));
         let (adjustment, updates) = self.nri.create_container(&nri_pod, &nri_container).await?;
-        if !updates.is_empty() {
-            let daemon = Arc::clone(self);
-            tokio::spawn(async move {
-                daemon.nri_apply_updates(updates).await;
-            });
-        }
+        self.nri_apply_later(updates);
         if adjustment.is_empty() {
             return Ok(spec);
         }

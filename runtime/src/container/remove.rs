@@ -78,12 +78,7 @@ impl Daemon {
                 || self.nri_container(&c),
             )
             .await;
-        if !updates.is_empty() {
-            let daemon = Arc::clone(self);
-            tokio::spawn(async move {
-                daemon.nri_apply_updates(updates).await;
-            });
-        }
+        self.nri_apply_later(updates);
         if c.state != ContainerState::Creating {
             self.events
                 .emit(ContainerEventType::ContainerDeletedEvent, id, &c.sandbox_id);

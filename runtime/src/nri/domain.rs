@@ -75,6 +75,21 @@ impl Daemon {
         failed
     }
 
+    /// [`Daemon::nri_apply_updates`] in a task of its own: the caller may hold locks the
+    /// updates need (the stop, removal or creation of another container).
+    pub(crate) fn nri_apply_later(self: &Arc<Self>, updates: Vec<api::ContainerUpdate>) {
+        if updates.is_empty() {
+            return;
+        }
+        let daemon = Arc::clone(self);
+        tokio::spawn(async move {
+            let failed = daemon.nri_apply_updates(updates).await;
+            if !failed.is_empty() {
+                tracing::warn!("nri: {} updates plugins asked for failed", failed.len());
+            }
+        });
+    }
+
     /// Starts NRI: the socket, the pre-installed plugins, and what plugins were told exists.
     pub(crate) fn start_nri(self: &Arc<Self>) {
         let known: Vec<String> = self

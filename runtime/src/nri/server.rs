@@ -159,8 +159,8 @@ async fn serve(
     stream: UnixStream,
     launched: Option<(String, String)>,
 ) {
-    let (link, mut requests) = Link::start(stream);
-    let plugin = match handshake(&nri, &domain, &link, &mut requests, launched).await {
+    let (link, requests) = Link::start(stream);
+    let plugin = match handshake(&nri, &domain, &link, requests, launched).await {
         Ok(p) => p,
         Err(why) => {
             tracing::warn!("nri: plugin refused: {why}");
@@ -169,15 +169,7 @@ async fn serve(
         }
     };
     tracing::info!(plugin = %plugin.id(), "nri: plugin connected");
-    loop {
-        tokio::select! {
-            req = requests.recv() => match req {
-                Some(req) => answer(&link, &domain, req).await,
-                None => break,
-            },
-            () = link.closed() => break,
-        }
-    }
+    link.closed().await;
     nri.drop_plugin(&plugin, "connection closed");
 }
 
@@ -185,13 +177,22 @@ async fn handshake(
     nri: &Arc<Nri>,
     domain: &Arc<dyn Domain>,
     link: &Arc<Link>,
-    requests: &mut mpsc::Receiver<Incoming>,
+    mut requests: mpsc::Receiver<Incoming>,
     launched: Option<(String, String)>,
 ) -> Result<Arc<Plugin>, String> {
     let timeout = nri.registration_timeout;
-    let (index, name) = tokio::time::timeout(timeout, register(link, requests, launched.clone()))
+    let registered = register(link, &mut requests, launched.clone());
+    let (index, name) = tokio::time::timeout(timeout, registered)
         .await
         .map_err(|_| format!("no RegisterPlugin within {timeout:?}"))??;
+    // From now on the plugin's requests are answered as they come, also while it is being
+    // configured and synchronized (it may ask for updates from inside those calls).
+    let (answer_link, answer_domain) = (Arc::clone(link), Arc::clone(domain));
+    tokio::spawn(async move {
+        while let Some(req) = requests.recv().await {
+            answer(&answer_link, &answer_domain, req).await;
+        }
+    });
     let id = format!("{index}-{name}");
     if nri.plugins().iter().any(|p| p.id() == id) {
         return Err(format!("plugin {id} is already connected"));

@@ -242,6 +242,7 @@ impl Daemon {
         id_maps: Option<crate::userns::IdMaps>,
     ) -> Result<()> {
         let id = record.id.clone();
+        let mut phases = crate::util::Phases::start();
         let paths = PodPaths::new(&self.config.state, &id);
         std::fs::create_dir_all(&paths.dir)
             .map_err(|e| Error::internal(format!("create {}", paths.dir.display()), e))?;
@@ -258,6 +259,7 @@ impl Daemon {
             Some(paths.shm.clone())
         };
 
+        phases.mark("files");
         let id_maps_root = id_maps.as_ref().and_then(|m| m.host_root());
         if let Some((uid, gid)) = id_maps_root {
             // the pod's root owns its /etc files, as it would without a user namespace
@@ -274,23 +276,69 @@ impl Daemon {
             })
             .await
             .map_err(|e| Error::internal("create netns", e))??;
+            phases.mark("netns");
             // Not written to the database yet: teardown derives the netns path and the CNI
             // attachment from the id, so a crash before the final write leaks nothing, and a
             // pod start pays two database syncs instead of four.
-            record.netns = Some(netns.clone());
-            let network = pod_network(&record, config, &netns)?;
+            record.netns = Some(netns);
+        }
+        // The network plugins configure the namespace while the shim starts the pause in it:
+        // neither needs the other, and each takes about as long. Both run to their end before
+        // an error of either is acted on, so the teardown finds each finished or not begun.
+        let network = async {
+            let Some(netns) = &record.netns else {
+                return Ok((Vec::new(), std::time::Duration::ZERO));
+            };
+            let network = pod_network(&record, config, netns)?;
             let timer = crate::telemetry::Timer::start();
             let result = self.network.setup(&network).await;
             let metrics = crate::telemetry::metrics();
             let (ok, took) = (result.is_ok(), timer.elapsed());
             metrics.network_operation("set_up_pod", ok, took, &metrics.sandbox_create_network);
-            let result = result?;
-            let mut ips: Vec<std::net::IpAddr> = result.pod_ips();
+            let mut ips: Vec<std::net::IpAddr> = result?.pod_ips();
             ips.sort_by_key(|ip| ip.is_ipv6());
-            record.ips = ips.iter().map(|ip| ip.to_string()).collect();
+            Ok::<_, Error>((ips, took))
+        };
+        let pause = self.start_pause(&record, config, &paths, shm.as_deref(), id_maps_root);
+        let (network, pause) = tokio::join!(network, pause);
+        let ((ips, cni_took), (pid, pause_took)) = (network?, pause?);
+        phases.mark("network_and_pause");
+        phases.add("cni_add", cni_took);
+        phases.add("pause", pause_took);
+        record.ips = ips.iter().map(|ip| ip.to_string()).collect();
+        record.pause_pid = u32::try_from(pid).ok();
+        // Still Creating, so not listed: plugins see the pod before any client can use it,
+        // and a plugin's refusal undoes it.
+        if self.nri.active() {
+            self.nri
+                .run_pod_sandbox(&crate::nri::convert::pod(&record))
+                .await?;
+        } else {
+            self.nri.note_created(&id);
         }
+        record.state = SandboxState::Ready;
+        self.sandboxes.put(&self.store, &id, record)?;
+        phases.mark("record");
+        tracing::debug!(pod = %id, phases = %phases, "run phases");
+        Ok(())
+    }
+}
 
-        let shim = self.shims.start(&id).await?;
+impl Daemon {
+    /// The pod's shim, and the pause process in it, created in the pod's namespaces and
+    /// cgroup (its resources applied before it runs) and started. Returns the pause's pid and
+    /// how long this took.
+    async fn start_pause(
+        self: &Arc<Self>,
+        record: &SandboxRecord,
+        config: &PodSandboxConfig,
+        paths: &PodPaths,
+        shm: Option<&Path>,
+        id_maps_root: Option<(u32, u32)>,
+    ) -> Result<(i32, std::time::Duration)> {
+        let started = std::time::Instant::now();
+        let id = &record.id;
+        let shim = self.shims.start(id).await?;
         let rootfs = paths.pause_bundle.join("rootfs");
         std::fs::create_dir_all(&rootfs)
             .map_err(|e| Error::internal(format!("create {}", rootfs.display()), e))?;
@@ -301,22 +349,21 @@ impl Daemon {
         }
         let etc = |name: &str| paths.dir.join(name);
         let (hosts, resolv, hostname_file) = (etc("hosts"), etc("resolv.conf"), etc("hostname"));
-        let spec = crate::spec::sandbox_spec(&crate::spec::SandboxSpecInput {
-            sandbox_id: &id,
+        let mut spec = crate::spec::sandbox_spec(&crate::spec::SandboxSpecInput {
+            sandbox_id: id,
             config,
             rootfs: &rootfs,
             pause_binary: &self.pause_binary,
             netns_path: record.netns.as_deref(),
-            cgroups_path: &cgroups::container_cgroup(&record.cgroup, &id),
+            cgroups_path: &cgroups::container_cgroup(&record.cgroup, id),
             hostname: &record.hostname,
             resolv_conf: Some(&resolv),
             hosts: Some(&hosts),
             hostname_file: Some(&hostname_file),
-            shm_dir: shm.as_deref(),
+            shm_dir: shm,
             userns_path: id_maps_root.is_some().then_some(paths.userns.as_path()),
         })?;
         let runtime = self.handlers().get(&record.runtime_handler)?.oci_runtime();
-        let mut spec = spec;
         if runtime.is_some() {
             crate::spec::set_userns_mappings(&mut spec, config)?;
         }
@@ -333,27 +380,15 @@ impl Daemon {
                 restore: None,
             })
             .await?;
-        cgroups::attach(&record.cgroup, &id, pause).await?;
+        cgroups::attach(&record.cgroup, id, pause).await?;
         // libcontainer has made the pod cgroup with the pause container: limit it before
         // anything runs in it.
         let (cgroup, pod_config) = (record.cgroup.clone(), config.clone());
         tokio::task::spawn_blocking(move || cgroups::apply_pod_resources(&cgroup, &pod_config))
             .await
             .map_err(|e| Error::internal("apply pod resources", e))??;
-        let pid = shim.start(&id).await?;
-        record.pause_pid = u32::try_from(pid).ok();
-        // Still Creating, so not listed: plugins see the pod before any client can use it,
-        // and a plugin's refusal undoes it.
-        if self.nri.active() {
-            self.nri
-                .run_pod_sandbox(&crate::nri::convert::pod(&record))
-                .await?;
-        } else {
-            self.nri.note_created(&id);
-        }
-        record.state = SandboxState::Ready;
-        self.sandboxes.put(&self.store, &id, record)?;
-        Ok(())
+        let pid = shim.start(id).await?;
+        Ok((pid, started.elapsed()))
     }
 }
 

@@ -155,6 +155,11 @@ async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
     })
     .await;
 
+    // Root's alone: it holds the processes' memory.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&archive).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "archive mode {mode:o}");
+
     // The layout CRI-O and containerd write, and what checkpointctl reads.
     let names = entries(&archive);
     for name in [

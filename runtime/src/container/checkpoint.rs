@@ -158,7 +158,8 @@ fn check_location(location: &str) -> Result<PathBuf> {
 fn check_timeout(seconds: i64) -> Result<Duration> {
     match seconds {
         0 => Ok(DEFAULT_TIMEOUT),
-        s if s > 0 => Ok(Duration::from_secs(s.unsigned_abs())),
+        // At most a day: far enough, and no overflow adding it to now.
+        s if s > 0 => Ok(Duration::from_secs(s.unsigned_abs().min(86_400))),
         s => Err(Error::InvalidArgument(format!(
             "timeout {s}: must be 0 (the default) or a number of seconds"
         ))),
@@ -413,7 +414,7 @@ pub mod archive {
 
     use std::fs::File;
     use std::io::{self, Write as _};
-    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
     use std::path::{Path, PathBuf};
 
     use super::names;
@@ -495,7 +496,13 @@ pub mod archive {
     }
 
     fn write_tar(c: &Contents<'_>, diff: &Path, deleted: &[String], tmp: &Path) -> io::Result<()> {
-        let file = File::options().write(true).create_new(true).open(tmp)?;
+        // It holds every page of the processes' memory: root's alone, as kubelet's
+        // checkpoint documentation asks.
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(tmp)?;
         let mut tar = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, file));
         tar.follow_symlinks(false);
         tar.mode(tar::HeaderMode::Complete);
@@ -683,6 +690,10 @@ mod tests {
         assert!(check_location("/tmp/x.tar").is_ok());
         assert_eq!(check_timeout(0).ok(), Some(DEFAULT_TIMEOUT));
         assert_eq!(check_timeout(3).ok(), Some(Duration::from_secs(3)));
+        assert_eq!(
+            check_timeout(i64::MAX).ok(),
+            Some(Duration::from_secs(86_400))
+        );
         assert!(check_timeout(-1).is_err());
     }
 

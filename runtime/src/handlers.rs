@@ -183,6 +183,21 @@ impl Handlers {
         )))
     }
 
+    /// The handler that runs a container restored in a pod of `pod_handler`: that one if it
+    /// restores; for the built-in one (libcontainer 0.7 has no restore), the usable `runc`
+    /// handler, whose restore takes the built-in handler's checkpoints too, so that the
+    /// container runs under runc inside the built-in pod; else none.
+    pub fn restorer(&self, pod_handler: &Handler) -> Option<&Handler> {
+        match pod_handler.checkpoint_support() {
+            CheckpointSupport::CheckpointRestore => self.usable.get(&pod_handler.name),
+            CheckpointSupport::Checkpoint => self
+                .usable
+                .get("runc")
+                .filter(|h| h.checkpoint_support() == CheckpointSupport::CheckpointRestore),
+            CheckpointSupport::None => None,
+        }
+    }
+
     /// Every usable handler by name.
     pub fn usable(&self) -> impl Iterator<Item = &Handler> {
         self.usable.values()

@@ -2,8 +2,8 @@
 //! and a file in its writable layer are checkpointed (the container runs on), the container
 //! is removed, and a `CreateContainer` whose image is the archive restores it into another
 //! pod, where it goes on counting after `StartContainer` with the file intact. Also: the
-//! archive's layout, a checkpoint under the built-in handler (which cannot restore; runc
-//! restores its archive), a timeout too short for the dump (the container runs on, no
+//! archive's layout, a checkpoint under the built-in handler (whose pods restore through runc,
+//! libcontainer having no restore), a timeout too short for the dump (the container runs on, no
 //! archive), a dump CRIU refuses, bad requests, gVisor (Unimplemented), and a crius without a
 //! usable criu. Prints the checkpoint and restore times it measures. Run as root.
 //!
@@ -127,7 +127,11 @@ async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
         .info;
     let ck: serde_json::Value = serde_json::from_str(&info["checkpoint"]).unwrap();
     assert_eq!(ck["handlers"]["runc"], "checkpoint, restore", "{ck}");
-    assert_eq!(ck["handlers"]["crius"], "checkpoint", "{ck}");
+    assert_eq!(
+        ck["handlers"]["crius"], "checkpoint, restore (through runc)",
+        "{ck}"
+    );
+    assert_eq!(ck["handlers"]["runsc"], "none", "{ck}");
 
     let config_a = pod_config(&env, "ck-a");
     let pod_a = env.run_pod_with_handler(config_a.clone(), "runc").await;
@@ -255,7 +259,7 @@ async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
 }
 
 #[tokio::test]
-async fn the_builtin_handler_checkpoints_and_runc_restores_it() {
+async fn the_builtin_handler_checkpoints_and_its_pods_restore_through_runc() {
     let mut env = Env::with_config(76, &criu_config()).await;
     let pushed = env.pushed.clone();
     env.image_ref = env.pull(&pushed.reference).await;
@@ -281,21 +285,45 @@ async fn the_builtin_handler_checkpoints_and_runc_restores_it() {
     let dump: serde_json::Value = serde_json::from_slice(&entry(&archive, "config.dump")).unwrap();
     assert_eq!(dump["runtime"], "crius");
 
+    // Restored into the same (built-in) pod, the container runs under runc: libcontainer has
+    // no restore. It counts on from the checkpoint, beside the original.
     let mut c = counter(&env);
     c.metadata.as_mut().unwrap().attempt = 1;
+    c.log_path = "counter_1.log".into();
     c.image.as_mut().unwrap().image = archive.display().to_string();
-    let err = env
-        .rt()
-        .create_container(crius_api::v1::CreateContainerRequest {
-            pod_sandbox_id: pod.clone(),
-            config: Some(c),
-            sandbox_config: Some(config.clone()),
-        })
+    let began = Instant::now();
+    let restored = env.create(&pod, &config, c).await;
+    eprintln!(
+        "restore (CreateContainer) of the busybox counter (built-in pod, through runc): {:?}",
+        began.elapsed()
+    );
+    env.start(&restored).await;
+    let log_b = env.log_dir("ck-builtin").join("counter_1.log");
+    env.wait_log(&log_b, Duration::from_secs(10), |_| {
+        numbers(&log_b).len() >= 3
+    })
+    .await;
+    let counted = numbers(&log_b);
+    assert!(
+        counted[0] > 1 && counted[0] <= at + 1,
+        "{counted:?} (checkpointed at {at})"
+    );
+    let out = env
+        .exec(&restored, &["cat", "/root/note"], 10)
         .await
-        .unwrap_err();
-    assert_status::<()>(Err(err), Code::Unimplemented, &["runc or crun"]);
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "kept-in-the-layer\n");
 
-    // The archive restores into a pod of the runc handler, counting on.
+    // And the restored container checkpoints again (through runc, whose state it has).
+    let again = env.crius.dir().join("again.tar");
+    checkpoint(&env, &restored, &again, 60).await.unwrap();
+    let dump: serde_json::Value = serde_json::from_slice(&entry(&again, "config.dump")).unwrap();
+    assert_eq!(dump["runtime"], "runc");
+    assert_eq!(dump["rootfsImageName"], env.image.as_str());
+    env.stop(&restored, 0).await;
+    env.remove(&restored).await;
+
+    // The archive restores into a pod of the runc handler too.
     let config_b = pod_config(&env, "ck-builtin-runc");
     let pod_b = env.run_pod_with_handler(config_b.clone(), "runc").await;
     let mut c = counter(&env);

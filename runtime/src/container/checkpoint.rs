@@ -284,14 +284,29 @@ impl Daemon {
                 .map_err(|e| Error::internal(format!("create {}", dir.display()), e))?;
         }
         let shim_dir = self.shims.state_dir(&c.sandbox_id);
-        let runtime = handler.oci_runtime();
-        let root = match &runtime {
+        let root_of = |rt: &Option<crius_api::shim::OciRuntime>| match rt {
             None => shim_dir.join("runc"),
             Some(rt) => rt.root.clone().unwrap_or_else(|| {
                 let name = rt.binary.file_name().unwrap_or("runtime".as_ref());
                 shim_dir.join("oci").join(name)
             }),
         };
+        let mut runtime = handler.oci_runtime();
+        // A container restored in a built-in pod runs under runc (`Handlers::restorer`): the
+        // runtime whose state it has is the one that dumps it.
+        if runtime.is_none() && !root_of(&None).join(&c.id).exists() {
+            let restorer = self
+                .handlers()
+                .restorer(&handler)
+                .and_then(|h| h.oci_runtime());
+            if restorer
+                .as_ref()
+                .is_some_and(|rt| root_of(&Some(rt.clone())).join(&c.id).exists())
+            {
+                runtime = restorer;
+            }
+        }
+        let root = root_of(&runtime);
         let helper = self
             .config
             .shim_binary()

@@ -284,7 +284,13 @@ impl Daemon {
     ) -> Result<()> {
         let id = record.id.clone();
         let pod = self.pod(&record.sandbox_id)?;
-        let handler = self.handlers().get(&pod.runtime_handler)?.clone();
+        let mut handler = self.handlers().get(&pod.runtime_handler)?.clone();
+        if restore.is_some() {
+            // A built-in pod's restored container runs under runc (see `restore.rs`).
+            if let Some(restorer) = self.handlers().restorer(&handler) {
+                handler = restorer.clone();
+            }
+        }
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, &id);
         let staging = volumes::staging_dir(&paths.bundle);
         let userns = self.pod_userns(&pod.id, pod_config)?;

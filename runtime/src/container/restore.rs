@@ -5,10 +5,12 @@
 //! them stopped (`leave-stopped`, through the configuration file the spec's `org.criu.config`
 //! annotation names), so nothing runs before `StartContainer`, which continues them.
 //!
-//! Only handlers whose runtime has a restore can do it (runc, crun): libcontainer 0.7 has
-//! none. runc restores the built-in handler's checkpoints as well as its own (the CRIU images
-//! do not depend on who dumped them; libcontainer marks bind mounts and the network namespace
-//! external as runc does). The container's processes, memory and open files come from the archive; its command
+//! Only runtimes with a restore can do it (runc, crun): libcontainer 0.7 has none. In a pod
+//! of the built-in handler the restored container is run by the `runc` handler's runc instead
+//! (the pod's shim keeps the runtime of each container, so its later operations go to runc
+//! too; `Handlers::restorer`). runc restores the built-in handler's checkpoints as well as its
+//! own (the CRIU images do not depend on who dumped them; libcontainer marks bind mounts and
+//! the network namespace external as runc does). The container's processes, memory and open files come from the archive; its command
 //! and arguments in the request are not used. Its mounts must be the ones it was
 //! checkpointed with (CRIU finds each bind mount by its destination), its pod may be another
 //! one: the network namespace is the new pod's, TCP connections are not restored.
@@ -127,25 +129,20 @@ impl Daemon {
                 excerpt(path)
             )));
         }
-        match handler.checkpoint_support() {
-            CheckpointSupport::CheckpointRestore => {}
-            CheckpointSupport::Checkpoint => {
-                return Err(Error::Unsupported(format!(
-                    "restore of {:?}: runtime handler {:?} (the built-in one, libcontainer 0.7) \
-                     cannot restore a checkpoint; run the pod with runtime handler runc or crun \
-                     (which restore the built-in handler's checkpoints too)",
-                    excerpt(path),
-                    handler.name
-                )))
-            }
-            CheckpointSupport::None => {
-                return Err(Error::Unsupported(format!(
-                    "restore of {:?}: runtime handler {:?} ({}) cannot restore CRIU checkpoints",
-                    excerpt(path),
-                    handler.name,
-                    handler.config.binary.display()
-                )))
-            }
+        if self.handlers().restorer(handler).is_none() {
+            let why = match handler.checkpoint_support() {
+                CheckpointSupport::None => "cannot restore CRIU checkpoints",
+                _ => {
+                    "(the built-in one, libcontainer 0.7) cannot restore a checkpoint, and no \
+                      usable runc handler can restore it instead"
+                }
+            };
+            return Err(Error::Unsupported(format!(
+                "restore of {:?}: runtime handler {:?} ({}) {why}",
+                excerpt(path),
+                handler.name,
+                handler.config.binary.display()
+            )));
         }
         let criu = checkpoint::criu_binary(&self.config.runtime.criu_path)
             .await

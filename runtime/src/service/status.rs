@@ -105,9 +105,13 @@ async fn checkpoint_json(daemon: &Daemon) -> String {
         .handlers()
         .usable()
         .map(|h| {
-            let can = match &criu {
-                Ok(_) => h.checkpoint_support().describe(),
-                Err(_) => crate::handlers::CheckpointSupport::None.describe(),
+            let handlers = daemon.handlers();
+            let can = match (&criu, h.checkpoint_support(), handlers.restorer(h)) {
+                (Err(_), _, _) => crate::handlers::CheckpointSupport::None.describe(),
+                (Ok(_), crate::handlers::CheckpointSupport::Checkpoint, Some(_)) => {
+                    "checkpoint, restore (through runc)"
+                }
+                (Ok(_), support, _) => support.describe(),
             };
             (h.name.clone(), serde_json::Value::from(can))
         })

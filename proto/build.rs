@@ -1,6 +1,7 @@
 //! Generates the CRI v1 messages and the tonic server and client from `runtime/v1/api.proto`,
-//! and the NRI and ttrpc messages from `nri/`.
-//! protox parses the proto in Rust, so a machine needs no `protoc`.
+//! the NRI and ttrpc messages from `nri/`, and clients of the two containerd services `crius
+//! images import --from-containerd` uses (`containerd/*.proto`, a subset written for crius).
+//! protox parses the protos in Rust, so a machine needs no `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "runtime/v1/api.proto";
@@ -22,6 +23,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(false)
         .build_client(false)
+        .compile_fds(fds)?;
+
+    let containerd = ["containerd/images.proto", "containerd/content.proto"];
+    for proto in containerd {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let fds = protox::compile(containerd, ["."])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(true)
         .compile_fds(fds)?;
     Ok(())
 }

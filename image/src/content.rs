@@ -109,6 +109,14 @@ impl ContentStore {
         self.commit(tmp, digest)
     }
 
+    /// Moves `file` (on the store's filesystem, synced, with content `digest`, which the caller
+    /// has verified) into the store.
+    pub(crate) fn adopt(&self, file: &Path, digest: &Digest) -> Result<()> {
+        let dest = self.path(digest);
+        std::fs::rename(file, &dest).map_err(Error::io("commit blob", &dest))?;
+        fsync_dir(&self.blobs)
+    }
+
     fn ingest_path(&self, digest: &Digest) -> PathBuf {
         self.ingest
             .join(format!("{}.{}", digest.hex(), unique_suffix()))

@@ -127,6 +127,10 @@ pub enum Error {
     #[error("image {0:?} not found")]
     ImageNotFound(String),
 
+    /// An image archive being imported is malformed or lacks what it names.
+    #[error("image archive: {reason}")]
+    Archive { reason: String },
+
     #[error("image {image} is incomplete: {reason}")]
     Incomplete { image: String, reason: String },
 
@@ -151,7 +155,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         use ErrorKind as K;
         match self {
-            Error::InvalidReference { .. } => K::InvalidArgument,
+            Error::InvalidReference { .. } | Error::Archive { .. } => K::InvalidArgument,
             Error::HostsConfig { .. } | Error::AuthFile { .. } => K::FailedPrecondition,
             Error::AuthenticationRequired { .. } | Error::CredentialsRejected { .. } => {
                 K::Unauthenticated

@@ -12,12 +12,14 @@
 //!   ca = "ca.crt"            # relative to this file's directory
 //!   client = ["client.crt", "client.key"]   # mutual TLS
 //!   header = { x-team = "a" }
+//!   proxy = "http://proxy.corp:3128"   # "" for none; absent: HTTPS_PROXY etc. (crate::proxy)
 //! ```
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::proxy::ProxySetting;
 
 const DOCKER_HUB: &str = "docker.io";
 const DOCKER_HUB_ORIGIN: &str = "registry-1.docker.io";
@@ -64,6 +66,8 @@ pub struct RegistryHost {
     pub client: Vec<(PathBuf, Option<PathBuf>)>,
     /// Extra request headers.
     pub headers: Vec<(String, String)>,
+    /// The proxy to reach this host through ([`crate::proxy`]).
+    pub proxy: ProxySetting,
     /// True for the registry itself (or the `server` that replaces it), false for a mirror.
     pub is_origin: bool,
 }
@@ -166,6 +170,7 @@ fn default_origin(domain: &str) -> RegistryHost {
         ca: Vec::new(),
         client: Vec::new(),
         headers: Vec::new(),
+        proxy: ProxySetting::Environment,
         is_origin: true,
     }
 }
@@ -236,6 +241,7 @@ fn host_from_url(url: &str) -> std::result::Result<RegistryHost, String> {
         ca: Vec::new(),
         client: Vec::new(),
         headers: Vec::new(),
+        proxy: ProxySetting::Environment,
         is_origin: false,
     })
 }
@@ -263,6 +269,10 @@ fn apply_settings(
             }
         }
         host.capabilities = c;
+    }
+    if let Some(v) = t.get("proxy") {
+        let url = v.as_str().ok_or("`proxy` must be a string")?;
+        host.proxy = ProxySetting::parse(url)?;
     }
     if let Some(v) = t.get("skip_verify") {
         host.skip_verify = v.as_bool().ok_or("`skip_verify` must be a boolean")?;

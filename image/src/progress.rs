@@ -1,6 +1,8 @@
 //! Pulls in progress and how far each has come: the bytes its blobs add up to (known once its
 //! manifest is read) and the bytes already in the content store or received so far. crius
-//! serves them on its metrics endpoint, so an operator sees a large pull move.
+//! serves them on its metrics endpoint, so an operator sees a large pull move. Each blob a pull
+//! downloads is followed too (bytes, when its first and last bytes came), which is what `crius
+//! images pulls` shows per layer: its rate, and how long it has been stalled.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,20 @@ pub struct PullProgress {
     /// Bytes of the config and layers in all; 0 until the manifest is read.
     pub total_bytes: u64,
     pub elapsed: Duration,
+    /// The blobs (config and layers) this pull has started on, in the order it started them.
+    pub blobs: Vec<BlobProgress>,
+}
+
+/// One blob of a pull in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobProgress {
+    pub digest: String,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    /// From this blob's first byte to its last so far (zero before any), for its rate.
+    pub receiving: Duration,
+    /// Since the last byte (or since the blob was started, if none came); zero once complete.
+    pub stalled: Duration,
 }
 
 /// The counters of one pull run (shared by the callers that joined it).
@@ -25,6 +41,19 @@ pub(crate) struct Tracker {
     started: Instant,
     total: AtomicU64,
     done: AtomicU64,
+    blobs: Mutex<Vec<Arc<Blob>>>,
+}
+
+/// The counters of one blob of a pull: bytes, and milliseconds since the pull's start of the
+/// blob's start, first and last bytes (`u64::MAX`: none yet).
+#[derive(Debug)]
+pub(crate) struct Blob {
+    digest: String,
+    size: u64,
+    done: AtomicU64,
+    started_ms: u64,
+    first_ms: AtomicU64,
+    last_ms: AtomicU64,
 }
 
 impl Tracker {
@@ -34,6 +63,27 @@ impl Tracker {
 
     pub(crate) fn add_done(&self, bytes: u64) {
         self.done.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// Starts following blob `digest` of `size` bytes.
+    fn blob(&self, digest: &str, size: u64) -> Arc<Blob> {
+        let blob = Arc::new(Blob {
+            digest: digest.to_string(),
+            size,
+            done: AtomicU64::new(0),
+            started_ms: self.now_ms(),
+            first_ms: AtomicU64::new(u64::MAX),
+            last_ms: AtomicU64::new(u64::MAX),
+        });
+        self.blobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(blob.clone());
+        blob
     }
 
     fn take_back(&self, bytes: u64) {
@@ -58,6 +108,7 @@ impl Pulls {
             started: Instant::now(),
             total: AtomicU64::new(0),
             done: AtomicU64::new(0),
+            blobs: Mutex::default(),
         });
         self.0
             .lock()
@@ -74,11 +125,43 @@ impl Pulls {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|t| PullProgress {
-                image: t.image.clone(),
-                done_bytes: t.done.load(Ordering::Relaxed),
-                total_bytes: t.total.load(Ordering::Relaxed),
-                elapsed: t.started.elapsed(),
+            .map(|t| {
+                let now = t.now_ms();
+                let ms = Duration::from_millis;
+                let blobs = t
+                    .blobs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .map(|b| {
+                        let done = b.done.load(Ordering::Relaxed);
+                        let first = b.first_ms.load(Ordering::Relaxed);
+                        let last = b.last_ms.load(Ordering::Relaxed);
+                        let (receiving, since) = if first == u64::MAX {
+                            (Duration::ZERO, b.started_ms)
+                        } else {
+                            (ms(last.saturating_sub(first)), last)
+                        };
+                        BlobProgress {
+                            digest: b.digest.clone(),
+                            done_bytes: done,
+                            total_bytes: b.size,
+                            receiving,
+                            stalled: if done >= b.size {
+                                Duration::ZERO
+                            } else {
+                                ms(now.saturating_sub(since))
+                            },
+                        }
+                    })
+                    .collect();
+                PullProgress {
+                    image: t.image.clone(),
+                    done_bytes: t.done.load(Ordering::Relaxed),
+                    total_bytes: t.total.load(Ordering::Relaxed),
+                    elapsed: t.started.elapsed(),
+                    blobs,
+                }
             })
             .collect()
     }
@@ -102,25 +185,44 @@ impl Drop for Registration {
 #[derive(Debug)]
 pub(crate) struct Meter {
     pull: Arc<Tracker>,
+    blob: Arc<Blob>,
     streamed: AtomicU64,
 }
 
 impl Meter {
-    pub(crate) fn new(pull: Arc<Tracker>) -> Meter {
+    /// Counts blob `digest` of `size` bytes for `pull`.
+    pub(crate) fn new(pull: Arc<Tracker>, digest: &str, size: u64) -> Meter {
+        let blob = pull.blob(digest, size);
         Meter {
             pull,
+            blob,
             streamed: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn add(&self, bytes: u64) {
         self.streamed.fetch_add(bytes, Ordering::Relaxed);
+        self.blob.done.fetch_add(bytes, Ordering::Relaxed);
+        let now = self.pull.now_ms();
+        let _ = self.blob.first_ms.compare_exchange(
+            u64::MAX,
+            now,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        self.blob.last_ms.store(now, Ordering::Relaxed);
         self.pull.add_done(bytes);
     }
 
     /// Takes back what this attempt counted.
     pub(crate) fn undo(&self) {
         let n = self.streamed.swap(0, Ordering::Relaxed);
+        let _ = self
+            .blob
+            .done
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
+                Some(d.saturating_sub(n))
+            });
         self.pull.take_back(n);
     }
 
@@ -128,6 +230,7 @@ impl Meter {
     /// it when another pull downloaded it, or it was there already) counts now.
     pub(crate) fn finish(&self, size: u64) {
         let streamed = self.streamed.swap(size, Ordering::Relaxed);
+        self.blob.done.store(size, Ordering::Relaxed);
         self.pull.add_done(size.saturating_sub(streamed));
     }
 }
@@ -141,7 +244,7 @@ mod tests {
         let pulls = Arc::new(Pulls::default());
         let reg = pulls.begin("docker.io/library/busybox:latest".into());
         reg.tracker.set_total(100);
-        let meter = Meter::new(reg.tracker.clone());
+        let meter = Meter::new(reg.tracker.clone(), "sha256:aa", 50);
         meter.add(60);
         meter.undo();
         meter.add(30);
@@ -149,8 +252,18 @@ mod tests {
         let now = pulls.snapshot();
         assert_eq!(now.len(), 1);
         assert_eq!((now[0].done_bytes, now[0].total_bytes), (40, 100));
+        let blob = &now[0].blobs[0];
+        assert_eq!(
+            (blob.digest.as_str(), blob.done_bytes, blob.total_bytes),
+            ("sha256:aa", 30, 50)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(pulls.snapshot()[0].blobs[0].stalled >= Duration::from_millis(20));
         meter.finish(50);
-        assert_eq!(pulls.snapshot()[0].done_bytes, 60);
+        let now = pulls.snapshot();
+        assert_eq!(now[0].done_bytes, 60);
+        assert_eq!(now[0].blobs[0].done_bytes, 50);
+        assert_eq!(now[0].blobs[0].stalled, Duration::ZERO);
         drop(reg);
         assert!(pulls.snapshot().is_empty());
     }

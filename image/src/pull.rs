@@ -78,7 +78,7 @@ impl Window {
     }
 }
 
-struct Stats {
+pub(crate) struct Stats {
     fetch: Mutex<Window>,
     unpack: Mutex<Window>,
     /// How far the pull has come, for [`ImageStore::pulls_in_progress`].
@@ -86,7 +86,7 @@ struct Stats {
 }
 
 impl Stats {
-    fn new(progress: Arc<Tracker>) -> Stats {
+    pub(crate) fn new(progress: Arc<Tracker>) -> Stats {
         Stats {
             fetch: Mutex::default(),
             unpack: Mutex::default(),
@@ -365,7 +365,7 @@ impl Inner {
 
     /// Stores `new`, merging with an existing record of the same id; its tag moves away from
     /// any other image that had it.
-    fn commit_record(&self, new: ImageRecord) -> Result<ImageRecord> {
+    pub(crate) fn commit_record(&self, new: ImageRecord) -> Result<ImageRecord> {
         let mut records = self
             .records
             .write()
@@ -503,7 +503,11 @@ impl Inner {
         let key = desc.digest.to_string();
         // Counts the bytes as they arrive when this pull's run downloads the blob; when it
         // joins another pull's download, the blob counts once it is there.
-        let meter = Arc::new(Meter::new(stats.progress.clone()));
+        let meter = Arc::new(Meter::new(
+            stats.progress.clone(),
+            desc.digest.as_str(),
+            desc.size,
+        ));
         let counting = meter.clone();
         self.blob_work
             .run(&key, move || async move {
@@ -574,7 +578,7 @@ impl Inner {
     }
 
     /// Unpacks a fetched layer into the snapshot for `chain`, once however many pulls ask.
-    async fn unpack(
+    pub(crate) async fn unpack(
         self: &Arc<Self>,
         layer: &Descriptor,
         diff: &Digest,

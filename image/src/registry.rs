@@ -22,6 +22,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::error::{Error, Result};
 use crate::hosts::RegistryHost;
+use crate::proxy::{ProxyConnector, ProxySetting};
 
 const MAX_REDIRECTS: usize = 5;
 const USER_AGENT_VALUE: &str = concat!("crius/", env!("CARGO_PKG_VERSION"));
@@ -96,13 +97,14 @@ impl Auth {
     }
 }
 
-type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HttpClient = Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct TlsKey {
     skip_verify: bool,
     ca: Vec<PathBuf>,
     client: Option<(PathBuf, Option<PathBuf>)>,
+    proxy: ProxySetting,
 }
 
 /// HTTP clients shared by all pulls, one per distinct TLS setting, each with its own
@@ -119,6 +121,7 @@ impl Clients {
             skip_verify: host.skip_verify,
             ca: host.ca.clone(),
             client: host.client.first().cloned(),
+            proxy: host.proxy.clone(),
         };
         let mut map = self
             .map
@@ -193,7 +196,7 @@ impl Clients {
             .with_tls_config(config)
             .https_or_http()
             .enable_http1()
-            .wrap_connector(http);
+            .wrap_connector(ProxyConnector::new(http, &key.proxy));
         Ok(Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(https))

@@ -1208,6 +1208,8 @@ async fn a_pull_under_way_reports_its_progress() {
     let image = FakeImage::new("crius/progress", &[small, big]);
     let sizes: Vec<u64> = image.blobs.iter().map(|(_, b)| b.len() as u64).collect();
     let big_layer = image.blobs[2].0.clone();
+    let big_layer_digest = big_layer.clone();
+    let small_layer_digest = image.blobs[1].0.clone();
     let fake = serve(vec![image], move |digest, r| {
         if digest == big_layer {
             r.stall_after = Some(50_000);
@@ -1232,6 +1234,26 @@ async fn a_pull_under_way_reports_its_progress() {
     assert_eq!(now.len(), 1);
     assert_eq!(now[0].total_bytes, sizes.iter().sum::<u64>());
     assert!(now[0].image.ends_with("crius/progress:v1"), "{now:?}");
+    // Per blob: the stalled layer has what came and, a moment later, its stall time.
+    std::thread::sleep(Duration::from_millis(300));
+    let now = store.pulls_in_progress();
+    let blob = |digest: &str| {
+        now[0]
+            .blobs
+            .iter()
+            .find(|b| b.digest == digest)
+            .unwrap_or_else(|| panic!("{digest} not listed: {now:?}"))
+            .clone()
+    };
+    let stalled = blob(&big_layer_digest);
+    assert_eq!(
+        (stalled.done_bytes, stalled.total_bytes),
+        (50_000, sizes[2])
+    );
+    assert!(stalled.stalled >= Duration::from_millis(300), "{stalled:?}");
+    let small_layer = blob(&small_layer_digest);
+    assert_eq!(small_layer.done_bytes, sizes[1]);
+    assert_eq!(small_layer.stalled, Duration::ZERO);
     pull.abort();
     assert_eventually(
         || store.pulls_in_progress().is_empty(),

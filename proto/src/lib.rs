@@ -22,4 +22,17 @@ pub mod nri {
     }
 }
 
+/// Clients of containerd's image and content services (the subset in `containerd/`), for
+/// `crius images import --from-containerd`.
+pub mod containerd {
+    /// `containerd.services.images.v1`: `Images.List`.
+    pub mod images {
+        tonic::include_proto!("containerd.services.images.v1");
+    }
+    /// `containerd.services.content.v1`: `Content.Info` and `Content.Read`.
+    pub mod content {
+        tonic::include_proto!("containerd.services.content.v1");
+    }
+}
+
 pub mod shim;

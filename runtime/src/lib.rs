@@ -1,6 +1,7 @@
 //! crius: a Kubernetes CRI runtime. This crate is the daemon: configuration, the database, the
 //! gRPC services and the pod and container lifecycle. See `docs/architecture.md` for the map.
 
+pub mod admin;
 pub mod authority;
 pub mod cgroups;
 pub mod cli;

@@ -50,6 +50,58 @@ enum Command {
         #[arg(long)]
         socket: Option<String>,
     },
+    /// Import, export and watch images through the running crius (its admin socket, root only).
+    Images {
+        /// The admin socket [default: <state>/admin.sock of the configuration].
+        #[arg(long, global = true)]
+        admin_socket: Option<PathBuf>,
+        #[command(subcommand)]
+        command: ImagesCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ImagesCommand {
+    /// Import the images of an archive: an OCI image layout or a `docker save` tar (plain, gzip or
+    /// zstd), from FILE or from stdin (`-`). Prints each image's id and names.
+    ///
+    /// With --from-containerd, copies the images of a containerd namespace instead, read
+    /// through containerd's API (for moving a node from containerd to crius).
+    Import {
+        /// The archive, or `-` for stdin.
+        #[arg(required_unless_present = "from_containerd")]
+        file: Option<String>,
+        /// Copy the images of containerd on this socket [default socket:
+        /// /run/containerd/containerd.sock].
+        #[arg(long, value_name = "SOCKET", num_args = 0..=1, conflicts_with = "file",
+              default_missing_value = crius::cli::containerd::DEFAULT_SOCKET)]
+        from_containerd: Option<PathBuf>,
+        /// The containerd namespace to copy (containerd's CRI keeps kubelet's images in k8s.io).
+        #[arg(long, default_value = crius::cli::containerd::DEFAULT_NAMESPACE,
+              requires = "from_containerd")]
+        namespace: String,
+    },
+    /// Export images (ids, references or id prefixes) as one tar that is an OCI image layout
+    /// and a `docker save` archive at once.
+    Export {
+        /// The images to export.
+        #[arg(required = true)]
+        images: Vec<String>,
+        /// Where to write the archive (`-` for stdout).
+        #[arg(short, long)]
+        output: String,
+    },
+    /// The image pulls (and imports) under way: each blob's bytes, rate and stall time.
+    /// Redraws in a terminal until interrupted; piped, prints one snapshot (or one per
+    /// interval with --watch).
+    Pulls {
+        /// Piped: keep printing a snapshot every interval.
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between snapshots.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -79,6 +131,10 @@ fn main() -> ExitCode {
             command: ConfigCommand::Check { file },
         }) => return check_config(file.as_ref().or(cli.config.as_ref())),
         Some(Command::Status { socket }) => return status(&cli, socket.as_deref()),
+        Some(Command::Images {
+            admin_socket,
+            command,
+        }) => return images(&cli, admin_socket.as_deref(), command),
         None => {}
     }
     match run(cli) {
@@ -122,6 +178,86 @@ fn status(cli: &Cli, socket: Option<&str>) -> ExitCode {
             print!("{report}");
             ExitCode::SUCCESS
         }
+        Err(e) => {
+            eprintln!("crius: {}", crius_common::error_chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `crius images …`: one request on the admin socket.
+fn images(cli: &Cli, socket: Option<&std::path::Path>, command: &ImagesCommand) -> ExitCode {
+    let socket = match socket {
+        Some(s) => Ok(s.to_path_buf()),
+        None => load_config(cli).map(|c| c.state.join(crius::admin::SOCKET_NAME)),
+    };
+    let done = socket.and_then(|socket| match command {
+        ImagesCommand::Import {
+            file: Some(file), ..
+        } => crius::cli::images::import(&socket, file)
+            .map(|summary| print!("{}", crius::cli::images::describe_import(&summary)))
+            .with_context(|| format!("import {file}")),
+        ImagesCommand::Import {
+            from_containerd,
+            namespace,
+            ..
+        } => {
+            let containerd = from_containerd
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crius::cli::containerd::DEFAULT_SOCKET));
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("start the async runtime")
+                .and_then(|rt| {
+                    rt.block_on(crius::cli::containerd::migrate(
+                        &containerd,
+                        namespace,
+                        &socket,
+                    ))
+                })
+                .map(|done| {
+                    for skipped in &done.skipped {
+                        eprintln!("skipped {skipped}");
+                    }
+                    print!("{}", crius::cli::images::describe_import(&done.summary));
+                })
+                .with_context(|| {
+                    format!(
+                        "import from containerd at {} (namespace {namespace})",
+                        containerd.display()
+                    )
+                })
+        }
+        ImagesCommand::Pulls { watch, interval } => {
+            if !(interval.is_finite() && (0.1..=3600.0).contains(interval)) {
+                Err(anyhow::anyhow!(
+                    "--interval {interval}: must be between 0.1 and 3600 seconds"
+                ))
+            } else {
+                crius::cli::pulls::run(
+                    &socket,
+                    *watch,
+                    std::time::Duration::from_secs_f64(*interval),
+                )
+            }
+        }
+        ImagesCommand::Export { images, output } => {
+            crius::cli::images::export(&socket, images, output)
+                .map(|summary| {
+                    eprintln!(
+                        "exported {} image{} ({} blobs, {:.1} MB) to {output}",
+                        summary.images.len(),
+                        if summary.images.len() == 1 { "" } else { "s" },
+                        summary.blobs,
+                        summary.blob_bytes as f64 / 1e6
+                    )
+                })
+                .context("export")
+        }
+    });
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("crius: {}", crius_common::error_chain(e.as_ref()));
             ExitCode::FAILURE
@@ -223,6 +359,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let in_force = config.clone();
         let daemon = Daemon::open(config)?;
         daemon.start().await?;
+        let admin = daemon.config().state.join(crius::admin::SOCKET_NAME);
+        crius::admin::server::serve(daemon.clone(), &admin)?;
         crius::reload::on_hangup(hangup, log, daemon.clone(), in_force, move || {
             load_config(&cli)
         });
@@ -232,7 +370,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             state = %daemon.config().state.display(),
             "crius starting"
         );
-        server::serve(daemon, socket, signals).await
+        let served = server::serve(daemon, socket, signals).await;
+        // Like the CRI socket: no socket file left for a crius that is gone.
+        if let Err(e) = std::fs::remove_file(&admin) {
+            tracing::warn!(socket = %admin.display(), "remove the admin socket: {e}");
+        }
+        served
     })?;
     tracing::info!("crius stopped");
     Ok(())

@@ -42,6 +42,8 @@ pub struct Crius {
     image: ImageServiceClient<Channel>,
     /// The directory holding `root/` and `state/`: `dir` itself, or a subdirectory of it.
     data: PathBuf,
+    /// Variables added to crius's environment (kept for restarts).
+    env: Vec<(String, String)>,
     // Dropped last, after `Drop::drop` has stopped the process.
     dir: TestDir,
 }
@@ -53,17 +55,27 @@ impl Crius {
     /// Command line: `crius --config DIR/config.toml --root DIR/root --state DIR/state --listen
     /// unix://DIR/crius.sock --log-level debug`; the binary comes from [`crate::binary`].
     pub async fn start(config_toml: &str) -> Result<Crius> {
-        Crius::start_in(config_toml, None).await
+        Crius::start_in(config_toml, None, &[]).await
+    }
+
+    /// [`Crius::start`] with `env` added to crius's environment (as a systemd unit's
+    /// `Environment=` lines would), e.g. `HTTP_PROXY`.
+    pub async fn start_with_env(config_toml: &str, env: &[(&str, &str)]) -> Result<Crius> {
+        Crius::start_in(config_toml, None, env).await
     }
 
     /// [`Crius::start`] with `--root DIR/<sub>/root --state DIR/<sub>/state`, where `DIR/<sub>`
     /// is made with `mode` (exactly, whatever the umask): e.g. `0o700`, as `mktemp -d` makes
     /// its directories, for a root under a parent that only its owner may traverse.
     pub async fn start_under(config_toml: &str, sub: &str, mode: u32) -> Result<Crius> {
-        Crius::start_in(config_toml, Some((sub, mode))).await
+        Crius::start_in(config_toml, Some((sub, mode)), &[]).await
     }
 
-    async fn start_in(config_toml: &str, under: Option<(&str, u32)>) -> Result<Crius> {
+    async fn start_in(
+        config_toml: &str,
+        under: Option<(&str, u32)>,
+        env: &[(&str, &str)],
+    ) -> Result<Crius> {
         use std::os::unix::fs::PermissionsExt;
         let bin = binary("crius")?;
         let dir = TestDir::new("daemon")?;
@@ -97,7 +109,11 @@ impl Crius {
                 .map_err(|source| Error::io("create crius dir", &path, source))?;
         }
         let grpc = GrpcRuntime::new()?;
-        let (child, channel) = launch(&bin, &dir, &data, grpc.handle()).await?;
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (child, channel) = launch(&bin, &dir, &data, &env, grpc.handle()).await?;
         Ok(Crius {
             bin,
             child: Some(child),
@@ -105,6 +121,7 @@ impl Crius {
             runtime: RuntimeServiceClient::new(channel.clone()),
             image: ImageServiceClient::new(channel),
             data,
+            env,
             dir,
         })
     }
@@ -209,7 +226,14 @@ impl Crius {
             self.stop()?;
         }
         log_marker(&self.log_path(), "restart");
-        let (child, channel) = launch(&self.bin, &self.dir, &self.data, self.grpc.handle()).await?;
+        let (child, channel) = launch(
+            &self.bin,
+            &self.dir,
+            &self.data,
+            &self.env,
+            self.grpc.handle(),
+        )
+        .await?;
         self.child = Some(child);
         self.runtime = RuntimeServiceClient::new(channel.clone());
         self.image = ImageServiceClient::new(channel);
@@ -269,7 +293,13 @@ impl Drop for GrpcRuntime {
 
 /// Spawns crius on `dir` (root and state in `data`) and connects to its socket; the connection
 /// runs on `grpc`.
-async fn launch(bin: &Path, dir: &TestDir, data: &Path, grpc: &Handle) -> Result<(Child, Channel)> {
+async fn launch(
+    bin: &Path,
+    dir: &TestDir,
+    data: &Path,
+    env: &[(String, String)],
+    grpc: &Handle,
+) -> Result<(Child, Channel)> {
     let socket = dir.join("crius.sock");
     let log = dir.join("crius.log");
     let mut command = Command::new(bin);
@@ -283,7 +313,8 @@ async fn launch(bin: &Path, dir: &TestDir, data: &Path, grpc: &Handle) -> Result
         .arg("--listen")
         .arg(format!("unix://{}", socket.display()))
         .args(["--log-level", "debug"])
-        .env("RUST_BACKTRACE", "1");
+        .env("RUST_BACKTRACE", "1")
+        .envs(env.iter().map(|(k, v)| (k, v)));
     let mut child = spawn_logged(command, "crius", &log)?;
 
     match wait_for_socket(&mut child, &socket, grpc).await {

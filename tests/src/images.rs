@@ -248,8 +248,35 @@ pub fn push_as(
     repository: &str,
     tag: &str,
 ) -> Result<PushedImage> {
+    let (format, built) = build_image(image)?;
+    push_built(registry, repository, Some(tag), &built, format)
+}
+
+/// An image built as [`push`] builds it, for an archive instead of a registry.
+#[derive(Debug, Clone)]
+pub struct BuiltImage {
+    /// The config bytes; the image id is their digest.
+    pub config: Vec<u8>,
+    /// `sha256:` of `config`.
+    pub config_digest: String,
+    /// Layers, lowest first (gzip blobs with their digests and diff IDs).
+    pub layers: Vec<Arc<Layer>>,
+}
+
+/// Builds `image` without pushing it.
+pub fn build(image: TestImage) -> Result<BuiltImage> {
+    let (_, built) = build_image(image)?;
+    let config = to_json(&built.config_json);
+    Ok(BuiltImage {
+        config_digest: sha256_digest(&config),
+        config,
+        layers: built.layers,
+    })
+}
+
+fn build_image(image: TestImage) -> Result<(Format, Built)> {
     let base = busybox_layer()?;
-    let (format, built) = match image {
+    Ok(match image {
         TestImage::Busybox => (
             Format::Oci,
             assemble(busybox_config(), vec![base], host_arch()),
@@ -282,8 +309,7 @@ pub fn push_as(
             let layers = vec![base, Arc::new(volumes_layer()?)];
             (Format::Oci, assemble(config, layers, host_arch()))
         }
-    };
-    push_built(registry, repository, Some(tag), &built, format)
+    })
 }
 
 /// Pushes the multi-platform index to `<registry>/crius-test/multi-arch:latest`.

@@ -23,12 +23,15 @@
 //! The registry and image helpers are blocking (plain `std` I/O against a loopback server);
 //! calling them from an async test is fine, they only talk to another process.
 
+pub mod archive;
+pub mod containerd;
 pub mod crius;
 mod error;
 mod http;
 pub mod images;
 pub mod nri;
 mod process;
+pub mod proxy;
 pub mod registry;
 pub mod streaming;
 pub mod systemd;

@@ -136,13 +136,20 @@ pub async fn stream(
     }))
 }
 
-/// An unknown image is an empty response, not an error: kubelet asks before every pull.
+/// An unknown image is an empty response, not an error: kubelet asks before every pull. With
+/// `verbose`, a pull of the image under way is in `info["pull"]` (bytes, and each blob's bytes
+/// and stall time), whether or not an earlier pull left the image here.
 pub async fn status(d: &Arc<Daemon>, req: ImageStatusRequest) -> Result<ImageStatusResponse> {
     let name = image_name(req.image.as_ref(), "image")?;
-    let Some(record) = d.images.get(&name)? else {
-        return Ok(ImageStatusResponse::default());
-    };
     let mut info = HashMap::new();
+    if req.verbose {
+        if let Some(pull) = pull_under_way(d, &name) {
+            info.insert("pull".to_string(), pull);
+        }
+    }
+    let Some(record) = d.images.get(&name)? else {
+        return Ok(ImageStatusResponse { image: None, info });
+    };
     if req.verbose {
         let config = d.images.config_json(&record)?;
         let config: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
@@ -160,6 +167,37 @@ pub async fn status(d: &Arc<Daemon>, req: ImageStatusRequest) -> Result<ImageSta
         image: Some(cri_image(d, &record)),
         info,
     })
+}
+
+/// The progress of a pull of `name` (any reference form) under way, as JSON.
+fn pull_under_way(d: &Daemon, name: &str) -> Option<String> {
+    let wanted = crius_image::Reference::parse(name).ok()?.to_string();
+    let pull = d
+        .images
+        .pulls_in_progress()
+        .into_iter()
+        .find(|p| p.image == wanted)?;
+    let blobs: Vec<serde_json::Value> = pull
+        .blobs
+        .iter()
+        .map(|b| {
+            serde_json::json!({
+                "digest": b.digest,
+                "doneBytes": b.done_bytes,
+                "totalBytes": b.total_bytes,
+                "stalledSeconds": b.stalled.as_secs_f64(),
+            })
+        })
+        .collect();
+    Some(
+        serde_json::json!({
+            "doneBytes": pull.done_bytes,
+            "totalBytes": pull.total_bytes,
+            "elapsedSeconds": pull.elapsed.as_secs_f64(),
+            "blobs": blobs,
+        })
+        .to_string(),
+    )
 }
 
 /// Removing an unknown image is success (idempotent, as kubelet's image GC expects).

@@ -15,9 +15,11 @@ CARGO ?= cargo
 #  htpasswd, test TLS certificates
 #  python3-venv: the Python gRPC client of the tests (.ci/install-python-deps)
 #  runc, crun, runsc: the OCI runtimes of the RuntimeClass handler tests
+#  criu: checkpoint and restore (CheckpointContainer); on kernels Debian 12's criu 3.17 does not
+#  know (Linux 6.13+), contrib/criu/install adds Debian 13's criu 4.1 under /opt/crius/criu
 #  tinyproxy: the local HTTP/CONNECT proxy of the registry proxy tests
 #  containerd: `ctr`, the import benchmark's comparison and the --from-containerd source
-RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables iproute2
+RUN_PACKAGES  := libseccomp-dev pkg-config containernetworking-plugins iptables iproute2 criu
 TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils openssl systemd \
                  python3-venv runc crun runsc tinyproxy containerd
 
@@ -109,9 +111,11 @@ cargo-deny: check-rust
 
 deps-run:
 	@./.ci/install-deps $(RUN_PACKAGES)
+	@./contrib/criu/install
 
 deps-test:
 	@./.ci/install-deps $(TEST_PACKAGES)
+	@./contrib/criu/install
 	@./.ci/install-python-deps
 
 check-rust:

@@ -186,6 +186,20 @@ pub struct CreateContainer {
     /// later operation on the container (start, kill, exec, delete) goes through it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<OciRuntime>,
+    /// Restore the container's processes from CRIU images instead of running its process
+    /// (`<rt> restore`; needs `runtime`). They wait stopped until the start, which continues
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<Restore>,
+}
+
+/// Where a restored container comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restore {
+    /// The directory of CRIU images.
+    pub images: PathBuf,
+    /// The criu binary the runtime runs (as `criu`, its directory first in `$PATH`).
+    pub criu: PathBuf,
 }
 
 /// An OCI runtime (runc, crun, runsc, ...) the shim drives through its command line, the

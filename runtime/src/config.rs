@@ -75,6 +75,10 @@ ignore_image_defined_volumes = false
 # does through libcontainer, which it gives up on after 60 s). A create crius stops waiting for
 # is removed once the shim has finished it. 1 to 600.
 shim_operation_timeout_secs = 75
+# The criu binary that checkpoints containers (CheckpointContainer) and restores them (a
+# CreateContainer whose image is a checkpoint archive); a bare name is looked up in $PATH.
+# libcontainer and the OCI runtimes run it as `criu` from $PATH, with its directory put first.
+criu_path = "criu"
 # The handler of pods that name none (kubelet sends "" without a RuntimeClass).
 default_handler = "crius"
 
@@ -249,6 +253,7 @@ pub struct RuntimeConfig {
     pub max_container_log_line_size: u64,
     pub ignore_image_defined_volumes: bool,
     pub shim_operation_timeout_secs: u64,
+    pub criu_path: PathBuf,
     pub default_handler: String,
     /// The built-in handlers, each replaced by the configured table of its name, and the
     /// configured others.
@@ -300,7 +305,7 @@ fn is_empty_path(p: &Path) -> bool {
 }
 
 impl HandlerConfig {
-    fn builtin() -> HandlerConfig {
+    pub(crate) fn builtin() -> HandlerConfig {
         HandlerConfig {
             kind: HandlerType::Builtin,
             binary: PathBuf::new(),
@@ -312,7 +317,7 @@ impl HandlerConfig {
         }
     }
 
-    fn oci(binary: &str) -> HandlerConfig {
+    pub(crate) fn oci(binary: &str) -> HandlerConfig {
         HandlerConfig {
             kind: HandlerType::Oci,
             binary: PathBuf::from(binary),
@@ -333,6 +338,7 @@ impl Default for RuntimeConfig {
             max_container_log_line_size: 16 * 1024,
             ignore_image_defined_volumes: false,
             shim_operation_timeout_secs: 75,
+            criu_path: PathBuf::from("criu"),
             default_handler: "crius".to_string(),
             handlers: BTreeMap::from([
                 ("crius".to_string(), HandlerConfig::builtin()),

@@ -22,6 +22,10 @@ pub enum Error {
     Unauthenticated(String),
     #[error("{0} is not implemented by crius yet")]
     Unimplemented(&'static str),
+    /// An RPC crius serves, asked of something that cannot do it (a checkpoint under a runtime
+    /// handler without CRIU support): also `Unimplemented`, with a message saying why.
+    #[error("{0}")]
+    Unsupported(String),
     #[error("{context}")]
     Internal {
         context: String,
@@ -54,7 +58,7 @@ impl Error {
             Error::Unavailable(_) => Code::Unavailable,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Error::Unauthenticated(_) => Code::Unauthenticated,
-            Error::Unimplemented(_) => Code::Unimplemented,
+            Error::Unimplemented(_) | Error::Unsupported(_) => Code::Unimplemented,
             Error::Internal { .. } => Code::Internal,
         }
     }

@@ -45,6 +45,19 @@ impl Handler {
         })
     }
 
+    /// What this handler's runtime can do with CRIU: libcontainer 0.7 checkpoints but has no
+    /// restore; runc and crun do both (`checkpoint`, `restore`); gVisor (runsc) has a
+    /// mechanism of its own that yields no CRIU images, and other runtimes are not known to.
+    pub fn checkpoint_support(&self) -> CheckpointSupport {
+        match self.config.kind {
+            HandlerType::Builtin => CheckpointSupport::Checkpoint,
+            HandlerType::Oci => match self.config.binary.file_name().and_then(|n| n.to_str()) {
+                Some("runc" | "crun") => CheckpointSupport::CheckpointRestore,
+                _ => CheckpointSupport::None,
+            },
+        }
+    }
+
     /// Whether privileged containers get the host's devices.
     pub fn host_devices_for_privileged(&self) -> bool {
         !self.config.privileged_without_host_devices
@@ -64,6 +77,25 @@ impl Handler {
     pub fn passes_container_annotation(&self, key: &str) -> bool {
         self.config.container_annotations.is_empty()
             || matches_any(&self.config.container_annotations, key)
+    }
+}
+
+/// What a handler can do with CRIU (see [`Handler::checkpoint_support`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointSupport {
+    None,
+    Checkpoint,
+    CheckpointRestore,
+}
+
+impl CheckpointSupport {
+    /// For `Status` (verbose) and `crius status`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CheckpointSupport::None => "none",
+            CheckpointSupport::Checkpoint => "checkpoint",
+            CheckpointSupport::CheckpointRestore => "checkpoint, restore",
+        }
     }
 }
 
@@ -151,6 +183,26 @@ impl Handlers {
         )))
     }
 
+    /// The handler that runs a container restored in a pod of `pod_handler`: that one if it
+    /// restores; for the built-in one (libcontainer 0.7 has no restore), the usable `runc`
+    /// handler, whose restore takes the built-in handler's checkpoints too, so that the
+    /// container runs under runc inside the built-in pod; else none.
+    pub fn restorer(&self, pod_handler: &Handler) -> Option<&Handler> {
+        match pod_handler.checkpoint_support() {
+            CheckpointSupport::CheckpointRestore => self.usable.get(&pod_handler.name),
+            CheckpointSupport::Checkpoint => self
+                .usable
+                .get("runc")
+                .filter(|h| h.checkpoint_support() == CheckpointSupport::CheckpointRestore),
+            CheckpointSupport::None => None,
+        }
+    }
+
+    /// Every usable handler by name.
+    pub fn usable(&self) -> impl Iterator<Item = &Handler> {
+        self.usable.values()
+    }
+
     /// `Status.runtime_handlers`: the default handler under the empty name, then every usable
     /// one by name.
     pub fn status(&self) -> Vec<RuntimeHandler> {
@@ -232,6 +284,33 @@ fn features_from(json: &str) -> (bool, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoint_support_follows_the_runtime() {
+        let handler = |config: HandlerConfig| Handler {
+            name: "h".into(),
+            config,
+            recursive_read_only: false,
+            user_namespaces: false,
+        };
+        let support = |c| handler(c).checkpoint_support();
+        assert_eq!(
+            support(HandlerConfig::builtin()),
+            CheckpointSupport::Checkpoint
+        );
+        assert_eq!(
+            support(HandlerConfig::oci("/usr/sbin/runc")),
+            CheckpointSupport::CheckpointRestore
+        );
+        assert_eq!(
+            support(HandlerConfig::oci("/usr/bin/crun")),
+            CheckpointSupport::CheckpointRestore
+        );
+        assert_eq!(
+            support(HandlerConfig::oci("/usr/bin/runsc")),
+            CheckpointSupport::None
+        );
+    }
 
     #[test]
     fn features_documents_are_read() {

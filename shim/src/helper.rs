@@ -87,6 +87,24 @@ pub enum HelperOp {
     /// Wait until the container's process exits and report its exit code (OCI runtimes whose
     /// containers share the sandbox's pid, as gVisor's do: `<rt> wait`).
     Wait,
+    /// Dump the running container's processes with CRIU into `image_path` (CRIU's logs in
+    /// `work_path`), leaving them running. Run by crius itself, not by the shim: it makes no
+    /// process the shim must reap.
+    Checkpoint {
+        image_path: PathBuf,
+        work_path: PathBuf,
+    },
+    /// Make the container from `bundle` by restoring the CRIU images in `image_path` instead
+    /// of running its process; the restored processes are left stopped (SIGSTOP) until the
+    /// start, which continues them. OCI runtimes only: libcontainer 0.7 has no restore.
+    Restore {
+        bundle: PathBuf,
+        image_path: PathBuf,
+        work_path: PathBuf,
+        console_dir: Option<PathBuf>,
+        /// The criu binary, when not `criu` in `$PATH`.
+        criu: Option<PathBuf>,
+    },
 }
 
 impl HelperOp {
@@ -99,6 +117,8 @@ impl HelperOp {
             Self::Delete => "delete",
             Self::Exec { .. } => "exec",
             Self::Wait => "wait",
+            Self::Checkpoint { .. } => "checkpoint",
+            Self::Restore { .. } => "restore",
         }
     }
 }
@@ -142,6 +162,37 @@ impl HelperCall {
                 args.push("--process".into());
                 args.push(process.clone().into());
             }
+            HelperOp::Checkpoint {
+                image_path,
+                work_path,
+            } => {
+                args.push("--image-path".into());
+                args.push(image_path.clone().into());
+                args.push("--work-path".into());
+                args.push(work_path.clone().into());
+            }
+            HelperOp::Restore {
+                bundle,
+                image_path,
+                work_path,
+                console_dir,
+                criu,
+            } => {
+                if let Some(criu) = criu {
+                    args.push("--criu".into());
+                    args.push(criu.clone().into());
+                }
+                args.push("--bundle".into());
+                args.push(bundle.clone().into());
+                args.push("--image-path".into());
+                args.push(image_path.clone().into());
+                args.push("--work-path".into());
+                args.push(work_path.clone().into());
+                if let Some(dir) = console_dir {
+                    args.push("--console-dir".into());
+                    args.push(dir.clone().into());
+                }
+            }
             HelperOp::Start | HelperOp::Delete | HelperOp::Wait => {}
         }
         args
@@ -158,6 +209,9 @@ impl HelperCall {
         let mut console_dir = None;
         let mut process = None;
         let mut signal = None;
+        let mut image_path = None;
+        let mut work_path = None;
+        let mut criu = None;
         let mut runtime: Option<OciCommand> = None;
         let mut options = Vec::new();
         while let Some(flag) = it.next() {
@@ -175,6 +229,9 @@ impl HelperCall {
                 "--bundle" => bundle = Some(PathBuf::from(value)),
                 "--console-dir" => console_dir = Some(PathBuf::from(value)),
                 "--process" => process = Some(PathBuf::from(value)),
+                "--image-path" => image_path = Some(PathBuf::from(value)),
+                "--work-path" => work_path = Some(PathBuf::from(value)),
+                "--criu" => criu = Some(PathBuf::from(value)),
                 "--runtime" => {
                     runtime = Some(OciCommand {
                         binary: PathBuf::from(value),
@@ -218,6 +275,17 @@ impl HelperCall {
             "wait" => HelperOp::Wait,
             "exec" => HelperOp::Exec {
                 process: process.ok_or("exec needs --process")?,
+            },
+            "checkpoint" => HelperOp::Checkpoint {
+                image_path: image_path.ok_or("checkpoint needs --image-path")?,
+                work_path: work_path.ok_or("checkpoint needs --work-path")?,
+            },
+            "restore" => HelperOp::Restore {
+                bundle: bundle.ok_or("restore needs --bundle")?,
+                image_path: image_path.ok_or("restore needs --image-path")?,
+                work_path: work_path.ok_or("restore needs --work-path")?,
+                console_dir,
+                criu,
             },
             other => return Err(format!("unknown operation {other}")),
         };
@@ -461,6 +529,17 @@ mod tests {
         round_trip(HelperOp::Exec {
             process: PathBuf::from("/e/1.json"),
         });
+        round_trip(HelperOp::Checkpoint {
+            image_path: PathBuf::from("/c/checkpoint"),
+            work_path: PathBuf::from("/c/work"),
+        });
+        round_trip(HelperOp::Restore {
+            bundle: PathBuf::from("/b"),
+            image_path: PathBuf::from("/c/checkpoint"),
+            work_path: PathBuf::from("/c/work"),
+            console_dir: Some(PathBuf::from("/c d")),
+            criu: Some(PathBuf::from("/opt/criu/bin/criu")),
+        });
     }
 
     #[test]
@@ -478,6 +557,9 @@ mod tests {
             .unwrap_err()
             .contains("unknown operation"));
         assert!(parse("kill --root /r --id c --signal x").is_err());
+        assert!(parse("checkpoint --root /r --id c --image-path /i")
+            .unwrap_err()
+            .contains("--work-path"));
         assert!(parse("start --root /r --id c --runtime-option --debug")
             .unwrap_err()
             .contains("--runtime"));

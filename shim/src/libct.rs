@@ -86,6 +86,34 @@ pub fn kill_all(root: &Path, id: &str, signal: i32) -> Result<(), String> {
         .map_err(|e| chain("libcontainer kill", &e))
 }
 
+/// Dump the running container's processes with CRIU (libcontainer runs `criu` from `$PATH`)
+/// into `image_path`, CRIU's log into `work_path`, and leave them running. TCP connections,
+/// external unix sockets, file locks and shell jobs are not dumped: a container holding one
+/// fails to checkpoint, as with runc's defaults.
+pub fn checkpoint(
+    root: &Path,
+    id: &str,
+    image_path: &Path,
+    work_path: &Path,
+) -> Result<(), String> {
+    let mut container =
+        Container::load(root.join(id)).map_err(|e| chain("load container state", &e))?;
+    let opts = libcontainer::container::CheckpointOptions {
+        ext_unix_sk: false,
+        file_locks: false,
+        image_path: image_path.to_path_buf(),
+        leave_running: true,
+        shell_job: false,
+        tcp_established: false,
+        work_path: Some(work_path.to_path_buf()),
+        manage_cgroups_mode: rust_criu::CgMode::SOFT,
+        link_remap: false,
+    };
+    container
+        .checkpoint(&opts)
+        .map_err(|e| chain("libcontainer checkpoint", &e))
+}
+
 /// Remove the container's cgroup and libcontainer state (killing what is left in the cgroup).
 pub fn delete(root: &Path, id: &str) -> Result<(), String> {
     let dir = root.join(id);

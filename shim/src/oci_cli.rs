@@ -11,6 +11,8 @@
 //! | delete | `... delete --force ID` (nothing to do when `R/ID` does not exist) |
 //! | exec | `... exec --process J --pid-file P --detach [--console-socket S] ID` |
 //! | wait | `... wait ID`, which prints `{"id":..,"exitStatus":N}` when the process ends |
+//! | checkpoint | `... checkpoint --leave-running --image-path I --work-path W ID` |
+//! | restore | `... restore --detach --bundle B --image-path I --work-path W --pid-file P [--console-socket S] ID` |
 //!
 //! The container's stdin, stdout and stderr are the runtime's own (the runtime hands them on
 //! to the container's process), `/dev/null` where the shim gave none. The runtime's messages go
@@ -50,6 +52,9 @@ struct Run<'a> {
     rt: &'a OciCommand,
     root: &'a Path,
     id: &'a str,
+    /// The criu binary the runtime is to run (as `criu` from `$PATH`: its directory goes
+    /// first there), when not the one in `$PATH`.
+    criu: Option<&'a Path>,
 }
 
 impl Run<'_> {
@@ -73,6 +78,12 @@ impl Run<'_> {
             .arg("--log-format")
             .arg("json")
             .args(args);
+        if let Some(dir) = self.criu.and_then(Path::parent) {
+            let mut path = std::ffi::OsString::from(dir);
+            path.push(":");
+            path.push(std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin".into()));
+            cmd.env("PATH", path);
+        }
         let [stdin, stdout, stderr] = stdio;
         cmd.stdin(stdin.map_or_else(Stdio::null, Stdio::from))
             .stdout(stdout.map_or_else(Stdio::null, Stdio::from))
@@ -178,7 +189,12 @@ pub fn create(
     bundle: &Path,
     stdio: ProcessStdio,
 ) -> Result<(i32, Option<OwnedFd>), String> {
-    let run = Run { rt, root, id };
+    let run = Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    };
     let pid_file = root.join(format!("{id}.pid"));
     let console = stdio
         .console_dir
@@ -211,13 +227,25 @@ pub fn start(
     id: &str,
     stdio: [Option<OwnedFd>; 3],
 ) -> Result<(), String> {
-    Run { rt, root, id }.run("start", &["start".as_ref(), id.as_ref()], stdio)
+    Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run("start", &["start".as_ref(), id.as_ref()], stdio)
 }
 
 /// `kill --all`: `signal` to every process of the container.
 pub fn kill_all(rt: &OciCommand, root: &Path, id: &str, signal: i32) -> Result<(), String> {
     let signal = signal.to_string();
-    Run { rt, root, id }.run(
+    Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run(
         "kill",
         &[
             "kill".as_ref(),
@@ -235,7 +263,13 @@ pub fn delete(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
     if !root.join(id).exists() {
         return Ok(());
     }
-    Run { rt, root, id }.run(
+    Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run(
         "delete",
         &["delete".as_ref(), "--force".as_ref(), id.as_ref()],
         [None, None, None],
@@ -248,7 +282,13 @@ pub fn delete(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
 pub fn wait(rt: &OciCommand, root: &Path, id: &str) -> Result<i32, String> {
     let out_path = root.join(format!("{id}.wait.{}.out", std::process::id()));
     let out = fs::File::create(&out_path).map_err(|e| chain("wait output file", &e))?;
-    let run = Run { rt, root, id }.run(
+    let run = Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run(
         "wait",
         &["wait".as_ref(), id.as_ref()],
         [None, Some(OwnedFd::from(out)), None],
@@ -279,7 +319,12 @@ pub fn exec(
     process: &Path,
     stdio: ProcessStdio,
 ) -> Result<(i32, Option<OwnedFd>), String> {
-    let run = Run { rt, root, id };
+    let run = Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    };
     let pid_file = root.join(format!("{id}.exec.{}.pid", std::process::id()));
     let console = stdio
         .console_dir
@@ -307,6 +352,122 @@ pub fn exec(
     let pid = read_pid(&pid_file)?;
     let master = console.map(Console::master).transpose()?;
     Ok((pid, master))
+}
+
+/// `checkpoint --leave-running`: the container's processes dumped by CRIU into `image_path`
+/// (the runtime runs `criu` from `$PATH`), CRIU's log in `work_path`; they go on running.
+pub fn checkpoint(
+    rt: &OciCommand,
+    root: &Path,
+    id: &str,
+    image_path: &Path,
+    work_path: &Path,
+) -> Result<(), String> {
+    Run {
+        rt,
+        root,
+        id,
+        criu: None,
+    }
+    .run(
+        "checkpoint",
+        &[
+            "checkpoint".as_ref(),
+            "--leave-running".as_ref(),
+            "--image-path".as_ref(),
+            image_path.as_os_str(),
+            "--work-path".as_ref(),
+            work_path.as_os_str(),
+            id.as_ref(),
+        ],
+        [None, None, None],
+    )
+}
+
+/// What a restore makes its container from.
+#[derive(Clone, Copy)]
+pub struct RestoreFrom<'a> {
+    /// The OCI bundle.
+    pub bundle: &'a Path,
+    /// CRIU's images.
+    pub image_path: &'a Path,
+    /// Where CRIU writes its log.
+    pub work_path: &'a Path,
+    /// The criu binary, when not `criu` in `$PATH`.
+    pub criu: Option<&'a Path>,
+}
+
+/// `restore --detach`: the container made from `bundle` by restoring the CRIU images in
+/// `image_path`, in place of `create`. The restored processes get the runtime's stdio for the
+/// pipes they had (runc and crun pass them to CRIU as inherited descriptors). Whether they
+/// run at once or wait stopped is CRIU's choice from the configuration file the spec's
+/// `org.criu.config` annotation names (crius writes `leave-stopped` there, so a restored
+/// container does not run before its start). Returns the init's pid and, with a terminal,
+/// the pty master.
+pub fn restore(
+    rt: &OciCommand,
+    root: &Path,
+    id: &str,
+    from: &RestoreFrom<'_>,
+    stdio: ProcessStdio,
+) -> Result<(i32, Option<OwnedFd>), String> {
+    let RestoreFrom {
+        bundle,
+        image_path,
+        work_path,
+        criu,
+    } = *from;
+    let run = Run { rt, root, id, criu };
+    let pid_file = root.join(format!("{id}.pid"));
+    let console = stdio
+        .console_dir
+        .as_deref()
+        .map(Console::listen)
+        .transpose()?;
+    let console_path = console.as_ref().map(Console::path);
+    let mut args: Vec<&OsStr> = vec![
+        "restore".as_ref(),
+        "--detach".as_ref(),
+        "--bundle".as_ref(),
+        bundle.as_os_str(),
+        "--image-path".as_ref(),
+        image_path.as_os_str(),
+        "--work-path".as_ref(),
+        work_path.as_os_str(),
+        "--pid-file".as_ref(),
+        pid_file.as_os_str(),
+    ];
+    if let Some(path) = &console_path {
+        args.extend::<[&OsStr; 2]>(["--console-socket".as_ref(), path.as_ref()]);
+    }
+    args.push(id.as_ref());
+    if let Err(e) = run.run("restore", &args, stdio.stdio) {
+        let _ = fs::remove_file(&pid_file);
+        let criu = criu_errors(&work_path.join("restore.log"));
+        return Err(match criu.is_empty() {
+            true => e,
+            false => format!("{e} (criu: {criu})"),
+        });
+    }
+    let pid = read_pid(&pid_file)?;
+    let master = console.map(Console::master).transpose()?;
+    Ok((pid, master))
+}
+
+/// The last few errors of a CRIU log, `; `-joined (without the one about raising its own
+/// RLIMIT_NOFILE, which it reports without harm where it may not).
+pub fn criu_errors(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("Error (") && !l.contains("RLIMIT_NOFILE"))
+        .map(str::trim)
+        .collect();
+    let joined = errors[errors.len().saturating_sub(3)..].join("; ");
+    match joined.char_indices().nth(2048) {
+        Some((cut, _)) => format!("{}...", &joined[..cut]),
+        None => joined,
+    }
 }
 
 /// Whether `process` (an OCI process JSON) asks for a terminal.

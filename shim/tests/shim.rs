@@ -543,6 +543,7 @@ fn unknown_ids_and_bad_requests() {
             tty: false,
             log_path: None,
             runtime: None,
+            restore: None,
         };
         let e = client.create_container(req.clone()).await.unwrap_err();
         assert_eq!(e.shim_error().unwrap().kind, ErrorKind::InvalidArgument);

@@ -261,6 +261,7 @@ impl Rig {
             tty: false,
             log_path: None,
             runtime: None,
+            restore: None,
         }));
     }
 
@@ -362,6 +363,7 @@ fn requests_against_a_container_being_created_are_refused() {
         tty: false,
         log_path: None,
         runtime: None,
+        restore: None,
     });
     assert_eq!(rig.refused(again), ErrorKind::AlreadyExists);
 }
@@ -599,4 +601,71 @@ fn a_shim_terminated_during_a_create_deletes_the_container_once_created() {
         rig.refused(Op::Start { id: "b".into() }),
         ErrorKind::FailedPrecondition
     );
+}
+
+#[test]
+fn a_restored_container_is_made_by_a_restore_helper_and_started_by_sigcont() {
+    let mut rig = Rig::new();
+    let runtime = crius_api::shim::OciRuntime {
+        binary: PathBuf::from("/usr/sbin/runc"),
+        root: None,
+        options: Vec::new(),
+    };
+    let restore = crius_api::shim::Restore {
+        images: PathBuf::from("/ck/checkpoint"),
+        criu: PathBuf::from("/opt/criu/bin/criu"),
+    };
+    // Only an OCI runtime restores.
+    let without_runtime = Op::CreateContainer(CreateContainer {
+        id: "r".to_owned(),
+        bundle: rig.bundle.clone(),
+        stdin: false,
+        stdin_once: false,
+        tty: false,
+        log_path: None,
+        runtime: None,
+        restore: Some(restore.clone()),
+    });
+    assert_eq!(rig.refused(without_runtime), ErrorKind::InvalidArgument);
+
+    rig.send(Op::CreateContainer(CreateContainer {
+        id: "r".to_owned(),
+        bundle: rig.bundle.clone(),
+        stdin: false,
+        stdin_once: false,
+        tty: false,
+        log_path: None,
+        runtime: Some(runtime),
+        restore: Some(restore),
+    }));
+    rig.no_answer();
+    let (_, op) = rig.helper(0);
+    match op {
+        HelperOp::Restore {
+            image_path, criu, ..
+        } => {
+            assert_eq!(image_path, PathBuf::from("/ck/checkpoint"));
+            assert_eq!(criu, Some(PathBuf::from("/opt/criu/bin/criu")));
+        }
+        other => panic!("{other:?}"),
+    }
+    let init = rig.fake.pid();
+    rig.report(0, Outcome::Ok { pid: init });
+    assert_eq!(rig.answer(), Response::Ok(Reply::Created { pid: init }));
+    rig.helper_exits(0);
+    assert_eq!(rig.status("r"), ContainerStatus::Created);
+
+    // Its processes exist, stopped: the start continues them.
+    rig.send(Op::Start { id: "r".into() });
+    rig.no_answer();
+    assert_eq!(
+        rig.helper(1).1,
+        HelperOp::Kill {
+            signal: libc::SIGCONT
+        }
+    );
+    rig.report(1, Outcome::Ok { pid: 0 });
+    assert_eq!(rig.answer(), Response::Ok(Reply::Started { pid: init }));
+    rig.helper_exits(1);
+    assert_eq!(rig.status("r"), ContainerStatus::Running);
 }

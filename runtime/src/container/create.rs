@@ -170,9 +170,25 @@ impl Daemon {
             .as_ref()
             .map(|i| i.image.clone())
             .unwrap_or_default();
-        let image = self.images.get(&image_name)?.ok_or_else(|| {
-            Error::NotFound(format!("image {:?} not found", excerpt(&image_name)))
-        })?;
+        // An image that is an absolute path is a checkpoint archive to restore (as CRI-O
+        // takes it): the container runs the image it was checkpointed from.
+        let restore = match image_name.starts_with('/') {
+            true => {
+                let source = self.restore_source(&image_name, handler).await?;
+                super::restore::check_restorable(&config, &pod_config)?;
+                Some(source)
+            }
+            false => None,
+        };
+        let (image_name, image) = match &restore {
+            Some(r) => (r.image_name.clone(), r.image.clone()),
+            None => {
+                let image = self.images.get(&image_name)?.ok_or_else(|| {
+                    Error::NotFound(format!("image {:?} not found", excerpt(&image_name)))
+                })?;
+                (image_name, image)
+            }
+        };
         let id = new_id().map_err(|e| Error::internal("draw a container id", e))?;
         if let Some(holder) = self.store.reserve_name(&name, &id)? {
             return Err(Error::AlreadyExists(format!(
@@ -219,7 +235,13 @@ impl Daemon {
             let _ = self.store.release_name(&name, &id);
             return Err(e);
         }
-        match self.setup_container(record, &config, &pod_config).await {
+        let from = restore
+            .as_ref()
+            .map(|r| (r.archive.as_path(), r.criu.as_path()));
+        match self
+            .setup_container(record, &config, &pod_config, from)
+            .await
+        {
             Ok(()) => {
                 // Followed from now on, not only once started: a created container whose shim
                 // dies is reported exited, with the reason.
@@ -258,10 +280,17 @@ impl Daemon {
         mut record: ContainerRecord,
         config: &ContainerConfig,
         pod_config: &PodSandboxConfig,
+        restore: Option<(&Path, &Path)>,
     ) -> Result<()> {
         let id = record.id.clone();
         let pod = self.pod(&record.sandbox_id)?;
-        let handler = self.handlers().get(&pod.runtime_handler)?.clone();
+        let mut handler = self.handlers().get(&pod.runtime_handler)?.clone();
+        if restore.is_some() {
+            // A built-in pod's restored container runs under runc (see `restore.rs`).
+            if let Some(restorer) = self.handlers().restorer(&handler) {
+                handler = restorer.clone();
+            }
+        }
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, &id);
         let staging = volumes::staging_dir(&paths.bundle);
         let userns = self.pod_userns(&pod.id, pod_config)?;
@@ -276,6 +305,12 @@ impl Daemon {
             userns.as_ref(),
         )?;
         phases.mark("rootfs");
+        let restore_dir = paths.layer.join("restore");
+        if let Some((archive, _)) = restore {
+            self.unpack_checkpoint(archive, &restore_dir, &paths.rootfs)
+                .await?;
+            phases.mark("unpack_checkpoint");
+        }
         let image_record = self
             .images
             .get(&record.image_id)?
@@ -358,6 +393,9 @@ impl Daemon {
         } else {
             self.nri.note_created(&id);
         }
+        if restore.is_some() {
+            spec = super::restore::restore_spec(spec, &restore_dir)?;
+        }
         phases.mark("spec");
         write_spec(&paths.bundle, &spec)?;
         // A working directory the image lacks is made, as runc does under containerd.
@@ -388,8 +426,18 @@ impl Daemon {
                 tty: config.tty,
                 log_path: record.log_path.clone(),
                 runtime: handler.oci_runtime(),
+                restore: restore.map(|(_, criu)| crius_api::shim::Restore {
+                    images: restore_dir.join(super::checkpoint::names::CHECKPOINT_DIR),
+                    criu: criu.to_path_buf(),
+                }),
             })
             .await?;
+        if restore.is_some() {
+            // The processes are restored (stopped until the start): the images are not needed.
+            if let Err(e) = std::fs::remove_dir_all(&restore_dir) {
+                tracing::warn!(container = %id, "remove {}: {e}", restore_dir.display());
+            }
+        }
         cgroups::attach(&pod.cgroup, &id, pid).await?;
         record.pid = u32::try_from(pid).ok();
         phases.mark("shim_create");

@@ -6,11 +6,13 @@
 //! shim. As for pods, one idempotent teardown undoes a failed create, serves
 //! `RemoveContainer` and cleans up after a crius killed mid-way.
 
+pub mod checkpoint;
 mod create;
 mod exec;
 mod image_volumes;
 mod recover;
 mod remove;
+mod restore;
 mod start;
 mod stop;
 mod update;

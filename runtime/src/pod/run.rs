@@ -377,6 +377,7 @@ impl Daemon {
                 tty: false,
                 log_path: None,
                 runtime,
+                restore: None,
             })
             .await?;
         cgroups::attach(&record.cgroup, id, pause).await?;

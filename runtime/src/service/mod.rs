@@ -18,6 +18,7 @@ use crate::daemon::Daemon;
 use crate::error::{self, Error};
 
 mod container;
+mod container_checkpoint;
 mod container_update;
 mod events;
 mod ids;
@@ -257,11 +258,6 @@ where
     Box::pin(futures::stream::iter(messages))
 }
 
-/// The handler of an RPC whose work has not landed yet.
-async fn not_yet<T>(method: &'static str) -> error::Result<T> {
-    Err(Error::Unimplemented(method))
-}
-
 /// Writes a service impl in which every method goes through [`instrument`]. The impl is
 /// produced by a macro so that the `async_trait` attribute sees the expanded methods.
 macro_rules! cri_service {
@@ -328,7 +324,7 @@ cri_service! {
         reopen_container_log("ReopenContainerLog", ReopenContainerLogRequest)
             -> ReopenContainerLogResponse => container::reopen_log;
         checkpoint_container("CheckpointContainer", CheckpointContainerRequest)
-            -> CheckpointContainerResponse => |_, _| not_yet("CheckpointContainer");
+            -> CheckpointContainerResponse => container_checkpoint::checkpoint;
         get_container_events("GetContainerEvents", GetEventsRequest)
             -> BoxStream<ContainerEventResponse> => events::get_container_events;
 

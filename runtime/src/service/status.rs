@@ -39,7 +39,9 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
         },
     };
     let info = if req.verbose {
-        verbose_info(daemon)
+        let mut info = verbose_info(daemon);
+        info.insert("checkpoint".to_string(), checkpoint_json(daemon).await);
+        info
     } else {
         HashMap::new()
     };
@@ -67,7 +69,10 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
 /// timestamp; `pid`; `pulls`, the image pulls under way (`image`, `doneBytes`, `totalBytes`,
 /// `elapsedSeconds`); `nri`, whether NRI is on (`enabled`), its socket or why there is none
 /// (`socket`) and the connected plugins in event order (`plugins`: `index`, `name`,
-/// `launched` for those crius started). `crius status` prints them.
+/// `launched` for those crius started); `checkpoint`, what each handler can do with CRIU
+/// (`handlers`: name to `none`, `checkpoint` or `checkpoint, restore`), the criu binary
+/// (`criu`) or why there is none usable (`error`, and then every handler has `none`).
+/// `crius status` prints them.
 fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
     let json_path = |p: &std::path::Path| serde_json::Value::from(p.display().to_string());
     let source = &daemon.config.source;
@@ -92,6 +97,30 @@ fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
         ("pulls".to_string(), pulls_json(daemon)),
         ("nri".to_string(), nri_json(daemon)),
     ])
+}
+
+async fn checkpoint_json(daemon: &Daemon) -> String {
+    let criu = crate::container::checkpoint::criu_binary(&daemon.config.runtime.criu_path).await;
+    let handlers: serde_json::Map<String, serde_json::Value> = daemon
+        .handlers()
+        .usable()
+        .map(|h| {
+            let handlers = daemon.handlers();
+            let can = match (&criu, h.checkpoint_support(), handlers.restorer(h)) {
+                (Err(_), _, _) => crate::handlers::CheckpointSupport::None.describe(),
+                (Ok(_), crate::handlers::CheckpointSupport::Checkpoint, Some(_)) => {
+                    "checkpoint, restore (through runc)"
+                }
+                (Ok(_), support, _) => support.describe(),
+            };
+            (h.name.clone(), serde_json::Value::from(can))
+        })
+        .collect();
+    match criu {
+        Ok(path) => serde_json::json!({"criu": path.display().to_string(), "handlers": handlers}),
+        Err(why) => serde_json::json!({"criu": null, "error": why, "handlers": handlers}),
+    }
+    .to_string()
 }
 
 fn nri_json(daemon: &Daemon) -> String {

@@ -104,6 +104,14 @@ fn run(args: Vec<OsString>) -> Result<(i32, Option<OwnedFd>), String> {
         HelperOp::Delete => libct::delete(root, id).map(|()| (0, None)),
         // libcontainer's inits are the shim's own children: their exits are reaped.
         HelperOp::Wait => Err("wait: only for an OCI runtime".to_owned()),
+        HelperOp::Checkpoint {
+            image_path,
+            work_path,
+        } => libct::checkpoint(root, id, &image_path, &work_path).map(|()| (0, None)),
+        HelperOp::Restore { .. } => Err(
+            "restore: libcontainer 0.7 cannot restore a checkpoint; only an OCI runtime handler (runc, crun) can"
+                .to_owned(),
+        ),
     }
 }
 
@@ -151,5 +159,28 @@ fn run_oci(
         HelperOp::Delete => oci_cli::delete(rt, root, id).map(|()| (0, None)),
         // The report's pid field carries the exit code.
         HelperOp::Wait => oci_cli::wait(rt, root, id).map(|code| (code, None)),
+        HelperOp::Checkpoint {
+            image_path,
+            work_path,
+        } => oci_cli::checkpoint(rt, root, id, &image_path, &work_path).map(|()| (0, None)),
+        HelperOp::Restore {
+            bundle,
+            image_path,
+            work_path,
+            console_dir,
+            criu,
+        } => {
+            let stdio = ProcessStdio {
+                stdio: stdio(),
+                console_dir,
+            };
+            let from = oci_cli::RestoreFrom {
+                bundle: &bundle,
+                image_path: &image_path,
+                work_path: &work_path,
+                criu: criu.as_deref(),
+            };
+            oci_cli::restore(rt, root, id, &from, stdio)
+        }
     }
 }

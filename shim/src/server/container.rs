@@ -62,6 +62,9 @@ pub(super) struct Container {
     /// it: gVisor hands a container that joins a sandbox the stdio of `runsc start`, not of
     /// `runsc create` (runc ignores them there).
     pub(super) start_stdio: [Option<OwnedFd>; 3],
+    /// Made by restoring a checkpoint: its processes wait stopped, and its start continues
+    /// them (`<rt> kill --all CONT`) instead of starting a process.
+    pub(super) restored: bool,
 }
 
 impl Container {
@@ -106,6 +109,12 @@ impl Shim {
             });
             rt
         });
+        if req.restore.is_some() && runtime.is_none() {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!("restore container {id}: only an OCI runtime restores a checkpoint"),
+            ));
+        }
         if let Some(rt) = &runtime {
             if !rt.binary.is_absolute() {
                 return Err(err(
@@ -180,9 +189,18 @@ impl Shim {
         for fd in outputs.iter().flatten() {
             set_nonblocking(fd.as_raw_fd()).map_err(|e| internal("output pipe", e))?;
         }
-        let op = HelperOp::Create {
-            bundle: req.bundle.clone(),
-            console_dir: req.tty.then(|| dir.clone()),
+        let op = match &req.restore {
+            Some(restore) => HelperOp::Restore {
+                bundle: req.bundle.clone(),
+                image_path: restore.images.clone(),
+                work_path: dir.join("restore-work"),
+                console_dir: req.tty.then(|| dir.clone()),
+                criu: Some(restore.criu.clone()),
+            },
+            None => HelperOp::Create {
+                bundle: req.bundle.clone(),
+                console_dir: req.tty.then(|| dir.clone()),
+            },
         };
         let stdio = [0, 1, 2].map(|i| child[i].as_ref().map(|f| f.as_raw_fd()));
         let purpose = HelperPurpose::Create {
@@ -213,6 +231,7 @@ impl Shim {
                 runtime,
                 exit_by_wait: false,
                 start_stdio: [None, None, None],
+                restored: req.restore.is_some(),
             },
         );
         if let Err(e) = self.spawn_helper(&id, op, stdio, purpose) {
@@ -337,7 +356,14 @@ impl Shim {
         // Given once, then closed here: a write end left open would keep the output open.
         let stdio = std::mem::take(&mut c.start_stdio);
         let fds = [0, 1, 2].map(|i| stdio[i].as_ref().map(|f| f.as_raw_fd()));
-        let spawned = self.spawn_helper(id, HelperOp::Start, fds, purpose);
+        // A restored container's processes exist, stopped: continuing all of them is its start.
+        let op = match c.restored {
+            true => HelperOp::Kill {
+                signal: libc::SIGCONT,
+            },
+            false => HelperOp::Start,
+        };
+        let spawned = self.spawn_helper(id, op, fds, purpose);
         drop(stdio);
         if let Err(e) = spawned {
             if let Some(c) = self.containers.get_mut(id) {

@@ -117,6 +117,7 @@ impl Pod {
             tty: false,
             log_path: Some(self.log_path(&bundle.id)),
             runtime: None,
+            restore: None,
         }
     }
 

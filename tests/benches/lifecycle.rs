@@ -55,9 +55,11 @@
 //!   time and each pod's p50 and p99.
 //!
 //! With crius started by the bench, its log has a debug line of the phases of every
-//! RunPodSandbox (files, netns, CNI ADD, shim start, pause create and start, record) and
-//! CreateContainer (rootfs, image config, volumes, spec, bundle, shim create), and the bench
-//! prints each phase's p50 and p95: where the time of a call goes inside crius.
+//! RunPodSandbox (files, netns, then CNI ADD and the pause's start side by side, record),
+//! StopPodSandbox (containers, pause kill, cgroup reap, CNI DEL, shm and record),
+//! CreateContainer (rootfs, image config, volumes, spec, bundle, shim create) and
+//! RemoveContainer (stop, shim delete, cgroup, rootfs and dirs, image lease, records), and the
+//! bench prints each phase's p50 and p95: where the time of a call goes inside crius.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -307,7 +309,12 @@ async fn run(args: &Args) -> Result<()> {
     let report = result?;
     cleanup?;
     report.print(args);
-    for (what, title) in [("run", "RunPodSandbox"), ("create", "CreateContainer")] {
+    for (what, title) in [
+        ("run", "RunPodSandbox"),
+        ("stop", "StopPodSandbox"),
+        ("create", "CreateContainer"),
+        ("remove", "RemoveContainer"),
+    ] {
         let lines = phase_breakdown(&log, what);
         if !lines.is_empty() {
             println!();
@@ -1258,7 +1265,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "log_level = \"info,crius::pod::run=debug,crius::container::create=debug\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
+                "log_level = \"info,crius::pod::run=debug,crius::pod::stop=debug,crius::container::create=debug,crius::container::remove=debug\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
                  [cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{CNI_BIN}\"]\n\n\
                  [runtime]\nshim_path = \"{}\"\n{}",
                 hosts.display(),

@@ -29,7 +29,9 @@ impl Daemon {
         let Some(c) = self.containers.get(id) else {
             return Ok(());
         };
+        let mut phases = crate::util::Phases::start();
         self.stop_container_locked(held, 0).await?;
+        phases.mark("stop");
         if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
             match shim.delete(id, true).await {
                 Ok(()) => {}
@@ -45,6 +47,7 @@ impl Daemon {
         }
         // libcontainer's delete removes the container cgroup, but not when the shim is dead;
         // under a kubelet pod cgroup nobody else would.
+        phases.mark("shim_delete");
         if let Some(pod) = self.sandboxes.get(&c.sandbox_id) {
             let cgroup = cgroups::container_cgroup(&pod.cgroup, id);
             let patience = cgroups::REMOVE_PATIENCE;
@@ -52,6 +55,7 @@ impl Daemon {
                 tracing::warn!(container = id, "remove container cgroup: {e}");
             }
         }
+        phases.mark("cgroup");
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, id);
         volumes::unstage(&volumes::staging_dir(&paths.bundle))?;
         mounts::unmount(&paths.rootfs)?;
@@ -62,14 +66,17 @@ impl Daemon {
                 Err(e) => return Err(Error::internal(format!("remove {}", dir.display()), e)),
             }
         }
+        phases.mark("rootfs_dirs");
         self.images.release(id).await?;
         for (i, m) in c.config().mounts.iter().enumerate() {
             if m.image.as_ref().is_some_and(|s| !s.image.is_empty()) {
                 self.images.release(&volumes::image_lease(id, i)).await?;
             }
         }
+        phases.mark("image_release");
         self.store.release_name(&c.name, id)?;
         self.containers.remove(&self.store, id)?;
+        phases.mark("records");
         let updates = self
             .nri
             .remove_container(
@@ -83,6 +90,7 @@ impl Daemon {
             self.events
                 .emit(ContainerEventType::ContainerDeletedEvent, id, &c.sandbox_id);
         }
+        tracing::debug!(container = id, phases = %phases, "remove phases");
         Ok(())
     }
 }

@@ -35,6 +35,7 @@ impl Daemon {
         if stopped_cleanly {
             return Ok(());
         }
+        let mut phases = crate::util::Phases::start();
         // Each under its own lock (pod lock first, then container's, the one order used), so
         // a concurrent StopContainer or RemoveContainer finishes before this looks.
         for c in self.containers_of(id) {
@@ -45,6 +46,7 @@ impl Daemon {
         self.nri
             .stop_pod_sandbox(id, || crate::nri::convert::pod(&record))
             .await;
+        phases.mark("containers_nri");
         if let Ok(shim) = self.shims.get(id).await {
             if record.pause_pid.is_some() {
                 let _ = shim.kill(id, libc::SIGKILL, true).await;
@@ -54,6 +56,7 @@ impl Daemon {
         // Whatever is still in the cgroups of the pod's containers and pause has no shim to
         // stop it (the shim died and its processes went to init): kill it there. Only those
         // cgroups, not the whole pod cgroup: a client may (wrongly) give two pods one parent.
+        phases.mark("pause_kill");
         let mut leftovers: Vec<String> = self
             .containers_of(id)
             .iter()
@@ -65,7 +68,9 @@ impl Daemon {
                 tracing::warn!(pod = id, cgroup = %cgroup, "processes survive SIGKILL");
             }
         }
+        phases.mark("cgroup_reap");
         self.release_network(&record).await?;
+        phases.mark("cni_del");
         mounts::unmount(&PodPaths::new(&self.config.state, id).shm)?;
         let mut stopped_now = false;
         self.sandboxes.update(&self.store, id, |r| {
@@ -81,6 +86,8 @@ impl Daemon {
             self.events
                 .emit(ContainerEventType::ContainerStoppedEvent, id, id);
         }
+        phases.mark("shm_record");
+        tracing::debug!(pod = id, phases = %phases, "stop phases");
         Ok(())
     }
 

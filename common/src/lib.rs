@@ -1,9 +1,24 @@
 //! What every crius crate needs from the file system and had written once each: replacing a
-//! file atomically with an explicit durability, reading `/proc/self/mountinfo`, and removing a
-//! cgroup directory tree. std and libc only, as the shim links it.
+//! file atomically with an explicit durability, reading `/proc/self/mountinfo`, removing a
+//! cgroup directory tree, and dates from day counts. std and libc only, as the shim links it.
 
 pub mod fs;
 pub mod mountinfo;
+
+/// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01 (H. Hinnant's
+/// `civil_from_days`), for RFC 3339 times without a date crate (the shim's budget).
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
 
 /// An error and its causes on one line, `error: cause: cause`, for logs and status messages
 /// (a library's top-level message alone often says little). A cause whose text the line

@@ -23,9 +23,8 @@ use crius_api::containerd::content::content_client::ContentClient;
 use crius_api::containerd::content::{InfoRequest, ReadContentRequest};
 use crius_api::containerd::images::images_client::ImagesClient;
 use crius_api::containerd::images::{Descriptor, ListImagesRequest};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use crate::admin::{read_line, write_line, ChunkWriter, ImportSummary, Request, Response};
 
@@ -71,7 +70,7 @@ struct Containerd {
 /// Copies the images of `namespace` from the containerd on `socket` into the crius serving
 /// `admin`.
 pub async fn migrate(socket: &Path, namespace: &str, admin: &Path) -> anyhow::Result<Migration> {
-    let channel = connect(socket).await?;
+    let channel = super::grpc_channel(socket, "containerd").await?;
     let mut containerd = Containerd {
         images: ImagesClient::new(channel.clone()).max_decoding_message_size(64 << 20),
         content: ContentClient::new(channel).max_decoding_message_size(64 << 20),
@@ -386,22 +385,6 @@ fn write_entry(out: &mut impl Write, path: &str, data: &[u8]) -> anyhow::Result<
         .and_then(|()| out.write_all(data))
         .context("send the archive")?;
     pad(out, data.len() as u64)
-}
-
-async fn connect(socket: &Path) -> anyhow::Result<Channel> {
-    let path = socket.to_path_buf();
-    // The URI is required by tonic but unused: every connection goes to `path`.
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                tokio::net::UnixStream::connect(path)
-                    .await
-                    .map(TokioIo::new)
-            }
-        }))
-        .await
-        .with_context(|| format!("connect to containerd at {}", socket.display()))
 }
 
 #[cfg(test)]

@@ -6,3 +6,25 @@ pub mod containerd;
 pub mod images;
 pub mod pulls;
 pub mod status;
+
+/// A gRPC channel over the unix socket at `socket`; `what` names the server in the error
+/// ("crius", "containerd").
+pub(crate) async fn grpc_channel(
+    socket: &std::path::Path,
+    what: &str,
+) -> anyhow::Result<tonic::transport::Channel> {
+    use anyhow::Context as _;
+    let path = socket.to_path_buf();
+    // The URI is required by tonic but unused: every connection goes to `path`.
+    tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+            let path = path.clone();
+            async move {
+                tokio::net::UnixStream::connect(path)
+                    .await
+                    .map(hyper_util::rt::TokioIo::new)
+            }
+        }))
+        .await
+        .with_context(|| format!("connect to {what} at {}", socket.display()))
+}

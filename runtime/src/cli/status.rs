@@ -17,8 +17,6 @@ use crius_api::v1::{
     ContainerState, ListContainersRequest, ListPodSandboxRequest, PodSandboxState,
     RuntimeCondition, RuntimeHandler, StatusRequest, VersionRequest,
 };
-use hyper_util::rt::TokioIo;
-use tonic::transport::{Channel, Endpoint, Uri};
 
 /// How long `crius status` waits for all its calls together: a crius that takes longer is
 /// not answering, which is worth saying rather than hanging a shell.
@@ -87,7 +85,7 @@ pub async fn query(socket: &Path) -> anyhow::Result<Report> {
 }
 
 async fn query_unbounded(socket: &Path) -> anyhow::Result<Report> {
-    let channel = connect(socket).await?;
+    let channel = super::grpc_channel(socket, "crius (is it running?)").await?;
     let mut rt = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
     let version = rt
         .version(VersionRequest::default())
@@ -199,23 +197,6 @@ async fn query_unbounded(socket: &Path) -> anyhow::Result<Report> {
 /// A failed call as `RPC: code: message` (tonic's own text carries metadata and details).
 fn failed(rpc: &str, status: &tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{rpc}: {:?}: {}", status.code(), status.message())
-}
-
-/// A gRPC channel over the unix socket at `socket`.
-async fn connect(socket: &Path) -> anyhow::Result<Channel> {
-    let path = socket.to_path_buf();
-    // The URI is required by tonic but unused: every connection goes to `path`.
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                tokio::net::UnixStream::connect(path)
-                    .await
-                    .map(TokioIo::new)
-            }
-        }))
-        .await
-        .with_context(|| format!("connect to {} (is crius running?)", socket.display()))
 }
 
 /// How many of `states` are each of `names` (state value, name); a value not named (from a

@@ -70,7 +70,9 @@ struct Containerd {
 /// Copies the images of `namespace` from the containerd on `socket` into the crius serving
 /// `admin`.
 pub async fn migrate(socket: &Path, namespace: &str, admin: &Path) -> anyhow::Result<Migration> {
-    let channel = super::grpc_channel(socket, "containerd").await?;
+    let channel = super::grpc_channel(socket)
+        .await
+        .with_context(|| format!("connect to containerd at {}", socket.display()))?;
     let mut containerd = Containerd {
         images: ImagesClient::new(channel.clone()).max_decoding_message_size(64 << 20),
         content: ContentClient::new(channel).max_decoding_message_size(64 << 20),

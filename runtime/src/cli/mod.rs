@@ -7,13 +7,10 @@ pub mod images;
 pub mod pulls;
 pub mod status;
 
-/// A gRPC channel over the unix socket at `socket`; `what` names the server in the error
-/// ("crius", "containerd").
+/// A gRPC channel over the unix socket at `socket` (the caller says what failed to connect).
 pub(crate) async fn grpc_channel(
     socket: &std::path::Path,
-    what: &str,
-) -> anyhow::Result<tonic::transport::Channel> {
-    use anyhow::Context as _;
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let path = socket.to_path_buf();
     // The URI is required by tonic but unused: every connection goes to `path`.
     tonic::transport::Endpoint::from_static("http://localhost")
@@ -26,5 +23,4 @@ pub(crate) async fn grpc_channel(
             }
         }))
         .await
-        .with_context(|| format!("connect to {what} at {}", socket.display()))
 }

@@ -85,7 +85,9 @@ pub async fn query(socket: &Path) -> anyhow::Result<Report> {
 }
 
 async fn query_unbounded(socket: &Path) -> anyhow::Result<Report> {
-    let channel = super::grpc_channel(socket, "crius (is it running?)").await?;
+    let channel = super::grpc_channel(socket)
+        .await
+        .with_context(|| format!("connect to {} (is crius running?)", socket.display()))?;
     let mut rt = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
     let version = rt
         .version(VersionRequest::default())

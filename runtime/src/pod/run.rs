@@ -282,9 +282,17 @@ impl Daemon {
             // pod start pays two database syncs instead of four.
             record.netns = Some(netns);
         }
-        // The network plugins configure the namespace while the shim starts the pause in it:
-        // neither needs the other, and each takes about as long. Both run to their end before
-        // an error of either is acted on, so the teardown finds each finished or not begun.
+        // Under the built-in handler the network plugins configure the namespace while the
+        // shim starts the pause in it: neither needs the other, and each takes about as long.
+        // Both run to their end before an error of either is acted on, so the teardown finds
+        // each finished or not begun. An `oci` handler's runtime may read the namespace's
+        // interfaces when it creates the sandbox (gVisor's `--network=sandbox`, VM runtimes),
+        // so there the network comes first, as containerd does it.
+        let side_by_side = self
+            .handlers()
+            .get(&record.runtime_handler)?
+            .oci_runtime()
+            .is_none();
         let network = async {
             let Some(netns) = &record.netns else {
                 return Ok((Vec::new(), std::time::Duration::ZERO));
@@ -300,7 +308,12 @@ impl Daemon {
             Ok::<_, Error>((ips, took))
         };
         let pause = self.start_pause(&record, config, &paths, shm.as_deref(), id_maps_root);
-        let (network, pause) = tokio::join!(network, pause);
+        let (network, pause) = if side_by_side {
+            tokio::join!(network, pause)
+        } else {
+            let network = network.await?;
+            (Ok(network), pause.await)
+        };
         let ((ips, cni_took), (pid, pause_took)) = (network?, pause?);
         phases.mark("network_and_pause");
         phases.add("cni_add", cni_took);

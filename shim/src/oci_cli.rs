@@ -67,6 +67,37 @@ impl Run<'_> {
 
     /// Runs `<rt> [options] --root R --log L --log-format json <args>` with `stdio`; an error
     /// carries the runtime's last logged error, else its exit status.
+    /// `<lead...> --pid-file <root>/<id>.pid [--console-socket S] <id>` (`create` or
+    /// `restore`): the new init's pid and, with a terminal, the pty master. A failed run
+    /// leaves no pid file.
+    fn launch(
+        &self,
+        op: &str,
+        lead: &[&OsStr],
+        stdio: ProcessStdio,
+    ) -> Result<(i32, Option<OwnedFd>), String> {
+        let pid_file = self.root.join(format!("{}.pid", self.id));
+        let console = stdio
+            .console_dir
+            .as_deref()
+            .map(Console::listen)
+            .transpose()?;
+        let console_path = console.as_ref().map(Console::path);
+        let mut args: Vec<&OsStr> = lead.to_vec();
+        args.extend::<[&OsStr; 2]>(["--pid-file".as_ref(), pid_file.as_os_str()]);
+        if let Some(path) = &console_path {
+            args.extend::<[&OsStr; 2]>(["--console-socket".as_ref(), path.as_ref()]);
+        }
+        args.push(self.id.as_ref());
+        if let Err(e) = self.run(op, &args, stdio.stdio) {
+            let _ = fs::remove_file(&pid_file);
+            return Err(e);
+        }
+        let pid = read_pid(&pid_file)?;
+        let master = console.map(Console::master).transpose()?;
+        Ok((pid, master))
+    }
+
     fn run(&self, op: &str, args: &[&OsStr], stdio: [Option<OwnedFd>; 3]) -> Result<(), String> {
         let log = self.log_path(op);
         let mut cmd = Command::new(&self.rt.binary);
@@ -195,28 +226,11 @@ pub fn create(
         id,
         criu: None,
     };
-    let pid_file = root.join(format!("{id}.pid"));
-    let console = stdio
-        .console_dir
-        .as_deref()
-        .map(Console::listen)
-        .transpose()?;
-    let console_path = console.as_ref().map(Console::path);
-    let mut args: Vec<&OsStr> = vec![
-        "create".as_ref(),
-        "--bundle".as_ref(),
-        bundle.as_os_str(),
-        "--pid-file".as_ref(),
-        pid_file.as_os_str(),
-    ];
-    if let Some(path) = &console_path {
-        args.extend::<[&OsStr; 2]>(["--console-socket".as_ref(), path.as_ref()]);
-    }
-    args.push(id.as_ref());
-    run.run("create", &args, stdio.stdio)?;
-    let pid = read_pid(&pid_file)?;
-    let master = console.map(Console::master).transpose()?;
-    Ok((pid, master))
+    run.launch(
+        "create",
+        &["create".as_ref(), "--bundle".as_ref(), bundle.as_os_str()],
+        stdio,
+    )
 }
 
 /// `start`: the created container's process runs. `stdio` is the container's (gVisor gives a
@@ -418,14 +432,7 @@ pub fn restore(
         criu,
     } = *from;
     let run = Run { rt, root, id, criu };
-    let pid_file = root.join(format!("{id}.pid"));
-    let console = stdio
-        .console_dir
-        .as_deref()
-        .map(Console::listen)
-        .transpose()?;
-    let console_path = console.as_ref().map(Console::path);
-    let mut args: Vec<&OsStr> = vec![
+    let lead: [&OsStr; 8] = [
         "restore".as_ref(),
         "--detach".as_ref(),
         "--bundle".as_ref(),
@@ -434,24 +441,14 @@ pub fn restore(
         image_path.as_os_str(),
         "--work-path".as_ref(),
         work_path.as_os_str(),
-        "--pid-file".as_ref(),
-        pid_file.as_os_str(),
     ];
-    if let Some(path) = &console_path {
-        args.extend::<[&OsStr; 2]>(["--console-socket".as_ref(), path.as_ref()]);
-    }
-    args.push(id.as_ref());
-    if let Err(e) = run.run("restore", &args, stdio.stdio) {
-        let _ = fs::remove_file(&pid_file);
+    run.launch("restore", &lead, stdio).map_err(|e| {
         let criu = criu_errors(&work_path.join("restore.log"));
-        return Err(match criu.is_empty() {
+        match criu.is_empty() {
             true => e,
             false => format!("{e} (criu: {criu})"),
-        });
-    }
-    let pid = read_pid(&pid_file)?;
-    let master = console.map(Console::master).transpose()?;
-    Ok((pid, master))
+        }
+    })
 }
 
 /// The last few errors of a CRIU log, `; `-joined (without the one about raising its own

@@ -115,9 +115,7 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
 
 #[tokio::test]
 async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
-    let mut env = Env::with_config(75, &criu_config()).await;
-    let pushed = env.pushed.clone();
-    env.image_ref = env.pull(&pushed.reference).await;
+    let mut env = Env::with_image_and_config(75, &criu_config()).await;
     let info = env
         .rt()
         .status(StatusRequest { verbose: true })
@@ -260,9 +258,7 @@ async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
 
 #[tokio::test]
 async fn the_builtin_handler_checkpoints_and_its_pods_restore_through_runc() {
-    let mut env = Env::with_config(76, &criu_config()).await;
-    let pushed = env.pushed.clone();
-    env.image_ref = env.pull(&pushed.reference).await;
+    let mut env = Env::with_image_and_config(76, &criu_config()).await;
     let config = pod_config(&env, "ck-builtin");
     let pod = env.run_pod(config.clone()).await;
     let id = env.create_start(&pod, &config, counter(&env)).await;
@@ -349,9 +345,7 @@ async fn the_builtin_handler_checkpoints_and_its_pods_restore_through_runc() {
 
 #[tokio::test]
 async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
-    let mut env = Env::with_config(77, &criu_config()).await;
-    let pushed = env.pushed.clone();
-    env.image_ref = env.pull(&pushed.reference).await;
+    let mut env = Env::with_image_and_config(77, &criu_config()).await;
     let config = pod_config(&env, "ck-big");
     let pod = env.run_pod_with_handler(config.clone(), "runc").await;
     // A shell holding a 256 MiB string (about 260 MB resident), then counting; and 60 MB of
@@ -461,9 +455,7 @@ async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
 
 #[tokio::test]
 async fn bad_checkpoint_requests_are_refused_by_field() {
-    let mut env = Env::with_config(78, &criu_config()).await;
-    let pushed = env.pushed.clone();
-    env.image_ref = env.pull(&pushed.reference).await;
+    let mut env = Env::with_image_and_config(78, &criu_config()).await;
     let config = pod_config(&env, "ck-bad");
     let pod = env.run_pod(config.clone()).await;
     let created = env.create(&pod, &config, counter(&env)).await;
@@ -589,9 +581,7 @@ async fn bad_checkpoint_requests_are_refused_by_field() {
 
 #[tokio::test]
 async fn without_criu_checkpoints_fail_naming_the_package() {
-    let mut env = Env::with_config(79, "[runtime]\ncriu_path = \"no-such-criu\"\n").await;
-    let pushed = env.pushed.clone();
-    env.image_ref = env.pull(&pushed.reference).await;
+    let mut env = Env::with_image_and_config(79, "[runtime]\ncriu_path = \"no-such-criu\"\n").await;
     let info = env
         .rt()
         .status(StatusRequest { verbose: true })

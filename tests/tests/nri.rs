@@ -253,9 +253,7 @@ async fn a_plugin_refusing_a_create_fails_it_and_nothing_is_left() {
 
 #[tokio::test]
 async fn a_hanging_plugin_is_timed_out_and_disconnected_without_stalling_other_pods() {
-    let mut env = Env::with_config(72, "[nri]\nplugin_request_timeout = \"3s\"\n").await;
-    let image = env.pushed.reference.clone();
-    env.image_ref = env.pull(&image).await;
+    let mut env = Env::with_image_and_config(72, "[nri]\nplugin_request_timeout = \"3s\"\n").await;
     let hanger = plugin(
         &env,
         "hanger",
@@ -369,9 +367,7 @@ async fn crius_starts_the_plugins_of_plugin_path_with_their_config_and_again_aft
         bin.display(),
         conf.display()
     );
-    let mut env = Env::with_config(74, &extra).await;
-    let image = env.pushed.reference.clone();
-    env.image_ref = env.pull(&image).await;
+    let mut env = Env::with_image_and_config(74, &extra).await;
     let launched = || async {
         let status = nri_status(&env).await;
         let plugins = status["plugins"].as_array().cloned().unwrap_or_default();

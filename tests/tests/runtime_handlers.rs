@@ -238,9 +238,7 @@ async fn a_runtime_that_fails_create_leaves_nothing() {
         "[runtime.handlers.refusing]\ntype = \"oci\"\nbinary = \"{}\"\n",
         rt.display()
     );
-    let mut env = Env::with_config(91, &extra).await;
-    let pushed = env.pushed.reference.clone();
-    env.image_ref = env.pull(&pushed).await;
+    let mut env = Env::with_image_and_config(91, &extra).await;
 
     // The pause's create fails: RunPodSandbox says why, and nothing of the pod is left.
     let config = env.pod_config("refused", false);

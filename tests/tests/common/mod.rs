@@ -86,7 +86,12 @@ pub struct Env {
 impl Env {
     /// [`Env::new`], then the busybox image pulled through CRI `PullImage`.
     pub async fn with_image(n: u8) -> Env {
-        let mut env = Env::new(n).await;
+        Env::with_image_and_config(n, "").await
+    }
+
+    /// [`Env::with_config`], then the busybox image pulled through CRI `PullImage`.
+    pub async fn with_image_and_config(n: u8, extra: &str) -> Env {
+        let mut env = Env::with_config(n, extra).await;
         let pushed = env.pushed.clone();
         env.image_ref = env.pull(&pushed.reference).await;
         assert_eq!(env.image_ref, pushed.config_digest, "PullImage image_ref");

@@ -1076,6 +1076,47 @@ async fn mounts_devices_and_oom_score_adj() {
         &["/rro"],
     );
 
+    // mount_options (cri-api v0.37): bind flags on a host path; anything else is refused.
+    std::fs::create_dir_all(dir.join("flags")).unwrap();
+    std::fs::write(dir.join("flags/run"), "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(
+        dir.join("flags/run"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut m = cri_mount(
+        &dir.join("flags"),
+        "/flags",
+        false,
+        MountPropagation::PropagationPrivate,
+    );
+    m.mount_options = vec!["noexec".into(), "nosuid".into(), "nodev".into()];
+    let mut c = shell(
+        &env,
+        "flags",
+        "/flags/run; echo exec=$?; busybox grep ' /flags ' /proc/self/mounts",
+    );
+    c.mounts = vec![m.clone()];
+    let out = run(&env, &p, c).await;
+    assert!(out.stdout.contains("exec=126"), "{out:?}");
+    let options = mount_options(&out.stdout, "/flags");
+    for flag in ["noexec", "nosuid", "nodev", "rw"] {
+        assert!(options.contains(&flag), "{flag}: {out:?}");
+    }
+    // Without them the same binary runs.
+    m.mount_options.clear();
+    let mut c = shell(&env, "no-flags", "/flags/run; echo exec=$?");
+    c.mounts = vec![m.clone()];
+    assert_eq!(run_ok(&env, &p, c).await, "exec=0");
+    m.mount_options = vec!["nosuid".into(), "size=1m".into()];
+    let mut c = shell(&env, "bad-flag", "true");
+    c.mounts = vec![m];
+    assert_status(
+        try_create(&env, &p, c).await,
+        Code::InvalidArgument,
+        &["/flags", "mount_options[1]", "size=1m"],
+    );
+
     // ... and Status advertises it.
     let status = env
         .rt()
@@ -1086,6 +1127,7 @@ async fn mounts_devices_and_oom_score_adj() {
     let handler = &status.runtime_handlers[0];
     assert_eq!(handler.name, "");
     assert!(handler.features.unwrap().recursive_read_only_mounts);
+    assert!(status.features.unwrap().mount_options);
 
     // Devices: /dev/null appears as /dev/mynull.
     let mut c = shell(

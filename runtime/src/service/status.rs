@@ -58,6 +58,8 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
             // Merge and Strict are both applied when the process user is resolved.
             supplemental_groups_policy: true,
             user_namespaces_host_network: false,
+            // Mount.mount_options: the bind flags of `spec::mounts::BIND_FLAGS`, every handler.
+            mount_options: true,
         }),
     })
 }

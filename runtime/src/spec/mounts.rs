@@ -7,6 +7,7 @@ use crius_api::v1::{Mount as CriMount, MountPropagation};
 use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder, Mount, MountBuilder};
 
 use super::error::{Result, SpecError};
+use crate::util::excerpt;
 
 /// The pod files a container or the pause process sees.
 #[derive(Debug, Clone, Copy, Default)]
@@ -279,6 +280,7 @@ pub(crate) fn cri_mounts(mounts: &[CriMount]) -> Result<(Vec<Mount>, RootPropaga
         } else {
             options.push("rw".into());
         }
+        extra_mount_options(m, &mut options)?;
         if m.selinux_relabel {
             tracing::debug!(
                 host_path = %m.host_path,
@@ -303,6 +305,55 @@ pub(crate) fn cri_mounts(mounts: &[CriMount]) -> Result<(Vec<Mount>, RootPropaga
         out.push(builder.build()?);
     }
     Ok((out, root))
+}
+
+/// The per-mount flags a CRI `mount_options` entry may add to a bind mount: the security and
+/// access-time flags. Everything else a bind takes (ro/rw, propagation, recursion) has its own
+/// CRI field, and filesystem data options mean nothing to a bind.
+const BIND_FLAGS: [&str; 14] = [
+    "noexec",
+    "exec",
+    "nodev",
+    "dev",
+    "nosuid",
+    "suid",
+    "noatime",
+    "atime",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nostrictatime",
+    "nodiratime",
+    "diratime",
+];
+
+/// Most `mount_options` one mount may carry.
+const MAX_MOUNT_OPTIONS: usize = BIND_FLAGS.len();
+
+/// Appends a mount's `mount_options` (cri-api v0.37) to its OCI options, refusing anything that
+/// is not a bind flag.
+fn extra_mount_options(m: &CriMount, options: &mut Vec<String>) -> Result<()> {
+    if m.mount_options.len() > MAX_MOUNT_OPTIONS {
+        return Err(SpecError::invalid(format!(
+            "mount {}: {} mount_options, at most {MAX_MOUNT_OPTIONS}",
+            excerpt(&m.container_path),
+            m.mount_options.len()
+        )));
+    }
+    for (i, option) in m.mount_options.iter().enumerate() {
+        if !BIND_FLAGS.contains(&option.as_str()) {
+            return Err(SpecError::invalid(format!(
+                "mount {}: mount_options[{i}] {:?} is not a bind mount flag (one of {})",
+                excerpt(&m.container_path),
+                excerpt(option),
+                BIND_FLAGS.join(", ")
+            )));
+        }
+        if !options.contains(option) {
+            options.push(option.clone());
+        }
+    }
+    Ok(())
 }
 
 /// CRI id mappings as OCI ones.

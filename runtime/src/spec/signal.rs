@@ -17,8 +17,8 @@ pub fn stop_signal(config: &ContainerConfig, image_config: &serde_json::Value) -
         let signal = Signal::try_from(config.stop_signal).map_err(|_| {
             SpecError::invalid(format!("stop_signal {} is unknown", config.stop_signal))
         })?;
-        return parse_signal(signal.as_str_name()).ok_or_else(|| {
-            SpecError::invalid(format!("stop_signal {} is unknown", signal.as_str_name()))
+        return parse_signal(cri_name(signal)).ok_or_else(|| {
+            SpecError::invalid(format!("stop_signal {} is unknown", cri_name(signal)))
         });
     }
     let image = ImageConfig::new(image_config);
@@ -34,8 +34,15 @@ pub fn stop_signal(config: &ContainerConfig, image_config: &serde_json::Value) -
 pub fn cri_signal(n: i32) -> Signal {
     (1..)
         .map_while(|v| Signal::try_from(v).ok())
-        .find(|s| parse_signal(s.as_str_name()) == Some(n))
+        .find(|s| parse_signal(cri_name(*s)) == Some(n))
         .unwrap_or(Signal::RuntimeDefault)
+}
+
+/// The signal's name in the CRI enum without the `SIGNAL_` prefix cri-api v0.37 gave every
+/// value (`SIGNAL_SIGRTMINPLUS3` → `SIGRTMINPLUS3`).
+pub(crate) fn cri_name(signal: Signal) -> &'static str {
+    let name = signal.as_str_name();
+    name.strip_prefix("SIGNAL_").unwrap_or(name)
 }
 
 /// Parses `SIGTERM`, `TERM`, `15`, `SIGRTMIN+3`, `RTMAX-1` and the CRI enum names
@@ -177,11 +184,7 @@ mod tests {
         // every CRI enum value maps to a signal
         for n in 1..=65 {
             let s = Signal::try_from(n).unwrap();
-            assert!(
-                parse_signal(s.as_str_name()).is_some(),
-                "{}",
-                s.as_str_name()
-            );
+            assert!(parse_signal(cri_name(s)).is_some(), "{}", cri_name(s));
         }
     }
 }

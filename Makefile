@@ -14,7 +14,9 @@ CARGO ?= cargo
 #  docker-registry, busybox-static, apache2-utils, openssl: the local registry, test images,
 #  htpasswd, test TLS certificates
 #  python3-venv: the Python gRPC client of the tests (.ci/install-python-deps)
-#  runc, crun, runsc: the OCI runtimes of the RuntimeClass handler tests
+#  runc, crun, runsc: the OCI runtimes of the RuntimeClass handler tests (crun refuses a hybrid
+#  cgroup node whose cgroup2 hierarchy holds a controller: contrib/cgroup/hybrid-v1-only moves
+#  such controllers to v1 hierarchies of their own)
 #  criu: checkpoint and restore (CheckpointContainer); on kernels Debian 12's criu 3.17 does not
 #  know (Linux 6.13+), contrib/criu/install adds Debian 13's criu 4.1 under /opt/crius/criu
 #  tinyproxy: the local HTTP/CONNECT proxy of the registry proxy tests
@@ -116,6 +118,7 @@ deps-run:
 deps-test:
 	@./.ci/install-deps $(TEST_PACKAGES)
 	@./contrib/criu/install
+	@./contrib/cgroup/hybrid-v1-only
 	@./.ci/install-python-deps
 
 check-rust:

@@ -63,8 +63,9 @@ impl Daemon {
     /// The runtime handlers (probed at start; before that, without probing the built-in
     /// path's features).
     pub fn handlers(&self) -> &crate::handlers::Handlers {
-        self.handlers
-            .get_or_init(|| crate::handlers::Handlers::probe(&self.config.runtime, false, false))
+        self.handlers.get_or_init(|| {
+            crate::handlers::Handlers::probe(&self.config.runtime, false, false, None)
+        })
     }
 
     /// The handler a pod that asked for `name` runs under, as metrics label it (the default
@@ -191,11 +192,21 @@ impl Daemon {
         }
         let _ = self.userns.set(userns);
         let (runtime, userns) = (self.config.runtime.clone(), self.userns_supported());
+        let (state, pause) = (self.config.state.clone(), self.pause_binary.clone());
+        let probing = std::time::Instant::now();
         let handlers = tokio::task::spawn_blocking(move || {
-            crate::handlers::Handlers::probe(&runtime, kernel_at_least(5, 12), userns)
+            let place = crate::handlers::TrialPlace {
+                state: &state,
+                pause: &pause,
+            };
+            crate::handlers::Handlers::probe(&runtime, kernel_at_least(5, 12), userns, Some(place))
         })
         .await
         .context("probe the runtime handlers")?;
+        tracing::info!(
+            took_ms = probing.elapsed().as_millis() as u64,
+            "runtime handlers probed"
+        );
         let _ = self.handlers.set(handlers);
         self.network_from_kept_cidr();
         self.recover_containers().await;

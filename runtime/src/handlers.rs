@@ -5,7 +5,9 @@
 //! an `oci` handler whose binary is not an executable file is logged and left out, and the
 //! features of each usable one are probed, not assumed: `<binary> features` (the OCI runtime
 //! features document, runc 1.1+) says whether it knows the `rro` mount option and user
-//! namespaces; a runtime without that command is taken to have neither. A user-namespaced
+//! namespaces; a runtime without that command is tried with small trial containers
+//! (`trial.rs`), which also leave out, with the runtime's reason, one that cannot create
+//! containers on this node. A user-namespaced
 //! pod's namespaces and idmapped mounts are made by crius itself, so the runtime only has to
 //! join a user namespace by path: it needs no idmapped mount support of its own.
 //!
@@ -23,6 +25,16 @@ use crius_api::v1::{RuntimeHandler, RuntimeHandlerFeatures};
 use crate::config::{HandlerConfig, HandlerType, RuntimeConfig};
 use crate::error::{Error, Result};
 use crate::util::excerpt;
+
+mod trial;
+
+/// Where trial containers are made (the daemon's state directory) and the pause binary they
+/// hold.
+#[derive(Debug, Clone, Copy)]
+pub struct TrialPlace<'a> {
+    pub state: &'a Path,
+    pub pause: &'a Path,
+}
 
 /// A usable handler: its configuration and what it was found to support.
 #[derive(Debug, Clone)]
@@ -118,40 +130,56 @@ pub struct Handlers {
 
 impl Handlers {
     /// Checks every configured handler; `builtin` is what the built-in path supports (rro,
-    /// user namespaces), probed by the caller.
-    pub fn probe(config: &RuntimeConfig, builtin_rro: bool, builtin_userns: bool) -> Handlers {
+    /// user namespaces), probed by the caller. With `trials`, an `oci` runtime without a
+    /// `features` command is tried with trial containers (in parallel, one thread per handler).
+    pub fn probe(
+        config: &RuntimeConfig,
+        builtin_rro: bool,
+        builtin_userns: bool,
+        trials: Option<TrialPlace<'_>>,
+    ) -> Handlers {
+        type Probed = (std::result::Result<Handler, String>, Duration);
+        let probed: Vec<(String, Probed)> = std::thread::scope(|s| {
+            let jobs: Vec<_> = config
+                .handlers
+                .iter()
+                .map(|(name, h)| {
+                    let job = move || {
+                        let started = std::time::Instant::now();
+                        let result = probe_one(name, h, builtin_rro, builtin_userns, trials);
+                        (result, started.elapsed())
+                    };
+                    (name.clone(), s.spawn(job))
+                })
+                .collect();
+            jobs.into_iter()
+                .map(|(name, job)| {
+                    let result = job.join().unwrap_or_else(|_| {
+                        (Err("its probe panicked".to_string()), Duration::ZERO)
+                    });
+                    (name, result)
+                })
+                .collect()
+        });
         let mut usable = BTreeMap::new();
         let mut unusable = BTreeMap::new();
-        for (name, h) in &config.handlers {
-            let handler = match h.kind {
-                HandlerType::Builtin => Handler {
-                    name: name.clone(),
-                    config: h.clone(),
-                    recursive_read_only: builtin_rro,
-                    user_namespaces: builtin_userns,
-                },
-                HandlerType::Oci => {
-                    if let Err(why) = executable(&h.binary) {
-                        tracing::warn!(handler = %name, "runtime handler left out: {why}");
-                        unusable.insert(name.clone(), why);
-                        continue;
-                    }
-                    let (rro, userns) = probe_features(&h.binary);
-                    Handler {
-                        name: name.clone(),
-                        config: h.clone(),
-                        recursive_read_only: rro && builtin_rro,
-                        user_namespaces: userns && builtin_userns,
-                    }
+        for (name, (result, took)) in probed {
+            match result {
+                Ok(handler) => {
+                    tracing::info!(
+                        handler = %name,
+                        recursive_read_only = handler.recursive_read_only,
+                        user_namespaces = handler.user_namespaces,
+                        probe_ms = took.as_millis() as u64,
+                        "runtime handler"
+                    );
+                    usable.insert(name, handler);
                 }
-            };
-            tracing::info!(
-                handler = %name,
-                recursive_read_only = handler.recursive_read_only,
-                user_namespaces = handler.user_namespaces,
-                "runtime handler"
-            );
-            usable.insert(name.clone(), handler);
+                Err(why) => {
+                    tracing::warn!(handler = %name, "runtime handler left out: {why}");
+                    unusable.insert(name, why);
+                }
+            }
         }
         Handlers {
             default: config.default_handler.clone(),
@@ -222,6 +250,37 @@ impl Handlers {
     }
 }
 
+/// One handler's probe: the handler with its features, or why it is not usable.
+fn probe_one(
+    name: &str,
+    h: &HandlerConfig,
+    builtin_rro: bool,
+    builtin_userns: bool,
+    trials: Option<TrialPlace<'_>>,
+) -> std::result::Result<Handler, String> {
+    let (rro, userns) = match h.kind {
+        HandlerType::Builtin => (builtin_rro, builtin_userns),
+        HandlerType::Oci => {
+            executable(&h.binary)?;
+            let (rro, userns) = match (probe_features(&h.binary), trials) {
+                (Some(found), _) => found,
+                (None, Some(place)) => {
+                    let found = trial::run(name, h, place.state, place.pause, builtin_userns)?;
+                    (found.rro, found.user_namespaces)
+                }
+                (None, None) => (false, false),
+            };
+            (rro && builtin_rro, userns && builtin_userns)
+        }
+    };
+    Ok(Handler {
+        name: name.to_owned(),
+        config: h.clone(),
+        recursive_read_only: rro,
+        user_namespaces: userns,
+    })
+}
+
 /// Whether `path` is an executable regular file, else why not.
 fn executable(path: &Path) -> std::result::Result<(), String> {
     match std::fs::metadata(path) {
@@ -231,9 +290,9 @@ fn executable(path: &Path) -> std::result::Result<(), String> {
     }
 }
 
-/// (`rro` known, user namespaces known) from `<binary> features`; both false when the
-/// runtime has no such command or does not answer within two seconds.
-fn probe_features(binary: &Path) -> (bool, bool) {
+/// (`rro` known, user namespaces known) from `<binary> features`; `None` when the runtime has
+/// no such command (or does not answer with a features document within two seconds).
+fn probe_features(binary: &Path) -> Option<(bool, bool)> {
     let Ok(mut child) = Command::new(binary)
         .arg("features")
         .stdin(std::process::Stdio::null())
@@ -241,7 +300,7 @@ fn probe_features(binary: &Path) -> (bool, bool) {
         .stderr(std::process::Stdio::null())
         .spawn()
     else {
-        return (false, false);
+        return None;
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     loop {
@@ -253,7 +312,7 @@ fn probe_features(binary: &Path) -> (bool, bool) {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return (false, false);
+                return None;
             }
         }
     }
@@ -264,11 +323,11 @@ fn probe_features(binary: &Path) -> (bool, bool) {
     features_from(&out)
 }
 
-/// (`rro` known, user namespaces known) from an OCI runtime features document.
-fn features_from(json: &str) -> (bool, bool) {
-    let Ok(doc) = serde_json::from_str::<serde_json::Value>(json) else {
-        return (false, false);
-    };
+/// (`rro` known, user namespaces known) from an OCI runtime features document; `None` when
+/// `json` is not one.
+fn features_from(json: &str) -> Option<(bool, bool)> {
+    let doc = serde_json::from_str::<serde_json::Value>(json).ok()?;
+    doc.as_object()?;
     let rro = doc
         .get("mountOptions")
         .and_then(|m| m.as_array())
@@ -278,7 +337,7 @@ fn features_from(json: &str) -> (bool, bool) {
         .and_then(|l| l.get("namespaces"))
         .and_then(|n| n.as_array())
         .is_some_and(|ns| ns.iter().any(|n| n.as_str() == Some("user")));
-    (rro, user_ns)
+    Some((rro, user_ns))
 }
 
 #[cfg(test)]
@@ -314,14 +373,16 @@ mod tests {
 
     #[test]
     fn features_documents_are_read() {
-        assert_eq!(features_from(""), (false, false));
+        assert_eq!(features_from(""), None);
+        assert_eq!(features_from("Usage: crun [OPTION...]"), None);
+        assert_eq!(features_from("{}"), Some((false, false)));
         assert_eq!(
             features_from(r#"{"mountOptions":["ro","rro"],"linux":{"namespaces":["pid"]}}"#),
-            (true, false)
+            Some((true, false))
         );
         assert_eq!(
             features_from(r#"{"mountOptions":["ro"],"linux":{"namespaces":["user","pid"]}}"#),
-            (false, true)
+            Some((false, true))
         );
     }
 
@@ -344,7 +405,7 @@ mod tests {
                 ..config.handlers["runc"].clone()
             },
         );
-        let h = Handlers::probe(&config, true, true);
+        let h = Handlers::probe(&config, true, true, None);
         assert_eq!(h.get("").unwrap().name, "crius");
         let e = h.get("ghost").unwrap_err();
         assert!(matches!(e, Error::FailedPrecondition(_)), "{e}");

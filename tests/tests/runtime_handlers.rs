@@ -12,7 +12,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{assert_status, texts, Env};
-use crius_api::v1::{ListPodSandboxRequest, RunPodSandboxRequest, StatusRequest};
+use crius_api::v1::{
+    ContainerState, CreateContainerRequest, ListPodSandboxRequest, NamespaceMode,
+    RunPodSandboxRequest, StartContainerRequest, StatusRequest,
+};
 use tonic::Code;
 
 /// What an OCI runtime says of container `id` under the pod's shim (`<rt> --root R state`).
@@ -421,5 +424,91 @@ async fn gvisor_pods_run_in_one_sandbox() {
     }
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+/// A container of a gVisor pod exits and a new attempt of it starts in the same sandbox, as
+/// kubelet restarts one. In pods whose containers have their own PID namespaces (Kubernetes's
+/// default) this works with Debian's runsc; in a pod sharing one PID namespace
+/// (`shareProcessNamespace`, the harness's default), that runsc kills the shared namespace
+/// when a container's process exits, and later starts fail inside gVisor ("creating process:
+/// out of memory"), which is checked too so that a newer runsc's fix shows up here.
+#[tokio::test]
+async fn gvisor_containers_restart_in_their_sandbox() {
+    if !Path::new("/usr/bin/runsc").exists() {
+        println!("skipped gvisor_containers_restart_in_their_sandbox: no /usr/bin/runsc");
+        return;
+    }
+    let mut env = Env::with_image(68).await;
+    for shared in [false, true] {
+        let name = if shared {
+            "pod-gv-shared"
+        } else {
+            "pod-gv-own"
+        };
+        let mut config = env.pod_config(name, false);
+        if !shared {
+            let ns = config
+                .linux
+                .as_mut()
+                .unwrap()
+                .security_context
+                .as_mut()
+                .unwrap();
+            ns.namespace_options.as_mut().unwrap().pid = NamespaceMode::Container as i32;
+        }
+        let pod = env.run_pod_with_handler(config.clone(), "runsc").await;
+        let mut first = env.container_config("job", &["sh", "-c", "echo once; exit 3"]);
+        let first_id = env.create_start(&pod, &config, first.clone()).await;
+        let s = env.wait_exited(&first_id, Duration::from_secs(20)).await;
+        assert_eq!(s.exit_code, 3, "{s:?}");
+        // kubelet's restart: the next attempt, created and started beside the exited one.
+        first.metadata.as_mut().unwrap().attempt = 1;
+        first.command = vec![
+            "sh".into(),
+            "-c".into(),
+            "echo again; exec sleep 1000".into(),
+        ];
+        let id = env
+            .rt()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(first),
+                sandbox_config: Some(config.clone()),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .container_id;
+        let started = env
+            .rt()
+            .start_container(StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await;
+        if shared {
+            let err = started.unwrap_err();
+            assert!(err.message().contains("out of memory"), "{err:?}");
+            println!(
+                "runsc still kills a shared PID namespace: {}",
+                err.message()
+            );
+        } else {
+            started.unwrap();
+            let s = env.status(&id).await;
+            assert_eq!(s.state, ContainerState::ContainerRunning as i32, "{s:?}");
+            let out = env
+                .exec(&id, &["sh", "-c", "echo alive"], 10)
+                .await
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "alive\n");
+            env.stop(&id, 0).await;
+        }
+        for c in [&first_id, &id] {
+            env.remove(c).await;
+        }
+        env.stop_pod(&pod).await;
+        env.remove_pod(&pod).await;
+    }
     env.assert_no_leaks().await;
 }

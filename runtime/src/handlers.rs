@@ -45,6 +45,8 @@ pub struct Handler {
     pub recursive_read_only: bool,
     /// Whether it runs user-namespaced pods.
     pub user_namespaces: bool,
+    /// What it can do with CRIU, probed at start (see [`Handler::checkpoint_support`]).
+    pub criu: CheckpointSupport,
 }
 
 impl Handler {
@@ -58,16 +60,11 @@ impl Handler {
     }
 
     /// What this handler's runtime can do with CRIU: libcontainer 0.7 checkpoints but has no
-    /// restore; runc and crun do both (`checkpoint`, `restore`); gVisor (runsc) has a
-    /// mechanism of its own that yields no CRIU images, and other runtimes are not known to.
+    /// restore; an OCI runtime whatever its `checkpoint` and `restore` commands answer to
+    /// `--help` at start (runc has both; Debian's crun 1.8 is built without CRIU and knows
+    /// neither); gVisor (runsc) has a mechanism of its own that yields no CRIU images.
     pub fn checkpoint_support(&self) -> CheckpointSupport {
-        match self.config.kind {
-            HandlerType::Builtin => CheckpointSupport::Checkpoint,
-            HandlerType::Oci => match self.config.binary.file_name().and_then(|n| n.to_str()) {
-                Some("runc" | "crun") => CheckpointSupport::CheckpointRestore,
-                _ => CheckpointSupport::None,
-            },
-        }
+        self.criu
     }
 
     /// Whether privileged containers get the host's devices.
@@ -278,7 +275,53 @@ fn probe_one(
         config: h.clone(),
         recursive_read_only: rro,
         user_namespaces: userns,
+        criu: probe_criu(h),
     })
+}
+
+/// What handler `h` can do with CRIU (see [`Handler::checkpoint_support`]).
+fn probe_criu(h: &HandlerConfig) -> CheckpointSupport {
+    match h.kind {
+        HandlerType::Builtin => CheckpointSupport::Checkpoint,
+        HandlerType::Oci if h.binary.file_name().and_then(|n| n.to_str()) == Some("runsc") => {
+            CheckpointSupport::None
+        }
+        HandlerType::Oci => {
+            let knows = |command: &str| {
+                answers(Command::new(&h.binary).args([command, "--help"])).is_some_and(|ok| ok)
+            };
+            match (knows("checkpoint"), knows("restore")) {
+                (true, true) => CheckpointSupport::CheckpointRestore,
+                (true, false) => CheckpointSupport::Checkpoint,
+                _ => CheckpointSupport::None,
+            }
+        }
+    }
+}
+
+/// Runs `cmd` with no input and its output discarded: `Some(success)` when it ends within two
+/// seconds, else `None` (it is killed).
+fn answers(cmd: &mut Command) -> Option<bool> {
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status.success()),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
 }
 
 /// Whether `path` is an executable regular file, else why not.
@@ -345,29 +388,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn checkpoint_support_follows_the_runtime() {
-        let handler = |config: HandlerConfig| Handler {
-            name: "h".into(),
-            config,
-            recursive_read_only: false,
-            user_namespaces: false,
-        };
-        let support = |c| handler(c).checkpoint_support();
+    fn checkpoint_support_is_probed() {
         assert_eq!(
-            support(HandlerConfig::builtin()),
+            probe_criu(&HandlerConfig::builtin()),
             CheckpointSupport::Checkpoint
         );
         assert_eq!(
-            support(HandlerConfig::oci("/usr/sbin/runc")),
-            CheckpointSupport::CheckpointRestore
-        );
-        assert_eq!(
-            support(HandlerConfig::oci("/usr/bin/crun")),
-            CheckpointSupport::CheckpointRestore
-        );
-        assert_eq!(
-            support(HandlerConfig::oci("/usr/bin/runsc")),
+            probe_criu(&HandlerConfig::oci("/usr/bin/runsc")),
             CheckpointSupport::None
+        );
+        // Not by name: a runtime that knows neither command supports neither.
+        assert_eq!(
+            probe_criu(&HandlerConfig::oci("/bin/false")),
+            CheckpointSupport::None
+        );
+        assert_eq!(
+            probe_criu(&HandlerConfig::oci("/nonexistent/runc")),
+            CheckpointSupport::None
+        );
+        // `true` answers every command: both.
+        assert_eq!(
+            probe_criu(&HandlerConfig::oci("/bin/true")),
+            CheckpointSupport::CheckpointRestore
         );
     }
 

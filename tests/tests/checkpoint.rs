@@ -16,6 +16,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{assert_status, texts, Env};
@@ -611,5 +612,92 @@ async fn without_criu_checkpoints_fail_naming_the_package() {
     env.remove(&id).await;
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+/// crun checkpoints and restores through the same commands as runc when it is built with
+/// CRIU: a counter checkpointed in a crun pod goes on counting in another crun pod. Debian 12's
+/// crun 1.8.1 is built without CRIU (no `checkpoint` command); crius finds that at start,
+/// Status says so, and the RPC is Unimplemented naming the handler.
+#[tokio::test]
+async fn crun_checkpoints_as_its_build_allows() {
+    let mut env = Env::with_image_and_config(69, &criu_config()).await;
+    let status = env
+        .rt()
+        .status(StatusRequest { verbose: true })
+        .await
+        .unwrap()
+        .into_inner();
+    if !status.runtime_handlers.iter().any(|h| h.name == "crun") {
+        println!("skipped: crun is not usable on this node (see the crius log)");
+        return;
+    }
+    let knows = Command::new("crun")
+        .args(["checkpoint", "--help"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let ck: serde_json::Value = serde_json::from_str(&status.info["checkpoint"]).unwrap();
+    let expected = if knows { "checkpoint, restore" } else { "none" };
+    assert_eq!(ck["handlers"]["crun"], expected, "{ck}");
+
+    let config_a = pod_config(&env, "ck-crun-a");
+    let pod_a = env.run_pod_with_handler(config_a.clone(), "crun").await;
+    let id = env.create_start(&pod_a, &config_a, counter(&env)).await;
+    let log_a = env.log_dir("ck-crun-a").join("counter.log");
+    env.wait_log(&log_a, Duration::from_secs(10), |l| l.len() >= 3)
+        .await;
+    let dir = env.crius.dir().join("checkpoints");
+    std::fs::create_dir_all(&dir).unwrap();
+    let archive = dir.join("crun.tar");
+    if !knows {
+        let err = checkpoint(&env, &id, &archive, 60).await.unwrap_err();
+        assert_status::<()>(Err(err), Code::Unimplemented, &["\"crun\"", "checkpoint"]);
+        assert!(files_in(&dir).is_empty(), "{:?}", files_in(&dir));
+        assert_eq!(
+            env.status(&id).await.state,
+            ContainerState::ContainerRunning as i32
+        );
+        env.stop(&id, 0).await;
+        env.remove(&id).await;
+        env.stop_pod(&pod_a).await;
+        env.remove_pod(&pod_a).await;
+        env.assert_no_leaks().await;
+        return;
+    }
+    let began = Instant::now();
+    checkpoint(&env, &id, &archive, 60).await.unwrap();
+    eprintln!(
+        "checkpoint of the busybox counter (crun): {:?}",
+        began.elapsed()
+    );
+    let at_checkpoint = *numbers(&log_a).last().unwrap();
+    let dump: serde_json::Value = serde_json::from_slice(&entry(&archive, "config.dump")).unwrap();
+    assert_eq!(dump["runtime"], "crun");
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+    env.stop_pod(&pod_a).await;
+    env.remove_pod(&pod_a).await;
+
+    let config_b = pod_config(&env, "ck-crun-b");
+    let pod_b = env.run_pod_with_handler(config_b.clone(), "crun").await;
+    let mut c = counter(&env);
+    c.image.as_mut().unwrap().image = archive.display().to_string();
+    let restored = env.create(&pod_b, &config_b, c).await;
+    env.start(&restored).await;
+    let log_b = env.log_dir("ck-crun-b").join("counter.log");
+    env.wait_log(&log_b, Duration::from_secs(10), |_| {
+        numbers(&log_b).len() >= 3
+    })
+    .await;
+    let counted = numbers(&log_b);
+    assert!(
+        counted[0] > 1 && counted[0] <= at_checkpoint + 1,
+        "restored counter starts at {} (checkpointed at {at_checkpoint})",
+        counted[0]
+    );
+    env.stop(&restored, 0).await;
+    env.remove(&restored).await;
+    env.stop_pod(&pod_b).await;
+    env.remove_pod(&pod_b).await;
     env.assert_no_leaks().await;
 }

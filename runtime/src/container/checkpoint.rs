@@ -182,7 +182,8 @@ impl Daemon {
         if handler.checkpoint_support() == CheckpointSupport::None {
             return Err(Error::Unsupported(format!(
                 "checkpoint container {}: runtime handler {:?} ({}) cannot checkpoint with CRIU \
-                 (gVisor has its own mechanism, which crius does not drive)",
+                 (it has no checkpoint command, as a crun built without CRIU; gVisor has its own \
+                 mechanism, which crius does not drive)",
                 c.id,
                 handler.name,
                 handler.config.binary.display()

@@ -30,13 +30,11 @@ pub fn serve(daemon: Arc<Daemon>, path: &Path) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("stat {}", path.display())),
     }
-    // Created 0600 from the start: no moment in which another user could connect.
-    // SAFETY: umask only changes this process's file creation mask, restored right after.
-    let old = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(path);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    let listener = bound.with_context(|| format!("listen on {}", path.display()))?;
+    // Made 0600 right after the bind (not through the process umask, which every thread of
+    // the daemon shares). In the instant between, a connection from another user would still
+    // be refused: `connection` checks each peer's credentials.
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("listen on {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("chmod 0600 {}", path.display()))?;
     tracing::info!(socket = %path.display(), "serving the admin socket");

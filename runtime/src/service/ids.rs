@@ -64,6 +64,8 @@ ids_from!(
     AttachRequest => container_id,
     ContainerStatsRequest => container_id,
     CheckpointContainerRequest => container_id,
+    CheckpointPodRequest => pod_sandbox_id,
+    RestorePodRequest => checkpoint_path,
 );
 
 impl Ids for RunPodSandboxRequest {

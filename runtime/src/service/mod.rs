@@ -24,6 +24,7 @@ mod events;
 mod ids;
 mod image;
 mod metrics;
+mod pod_checkpoint;
 mod runtime_config;
 mod sandbox;
 mod stats;
@@ -343,6 +344,10 @@ cri_service! {
             -> ReopenContainerLogResponse => container::reopen_log;
         checkpoint_container("CheckpointContainer", CheckpointContainerRequest)
             -> CheckpointContainerResponse => container_checkpoint::checkpoint;
+        checkpoint_pod("CheckpointPod", CheckpointPodRequest) -> CheckpointPodResponse
+            => pod_checkpoint::checkpoint;
+        restore_pod("RestorePod", RestorePodRequest) -> RestorePodResponse
+            => pod_checkpoint::restore;
         get_container_events("GetContainerEvents", GetEventsRequest)
             -> BoxStream<ContainerEventResponse> => events::get_container_events;
 

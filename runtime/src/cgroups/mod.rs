@@ -512,15 +512,21 @@ impl Hierarchy {
         {
             return Ok(Hierarchy::V2(v2::V2::new(&m.mount_point)));
         }
-        let controllers: HashMap<String, PathBuf> = mounts
-            .iter()
-            .filter(|m| m.fstype == "cgroup")
-            .flat_map(|m| {
-                m.controllers
-                    .iter()
-                    .map(move |c| (c.clone(), m.mount_point.clone()))
-            })
-            .collect();
+        // A controller can be mounted more than once: CRIU mounts the hierarchies again in a
+        // directory of its own while it restores (`.criu.cgyard.*`). The host's mount (below
+        // /sys/fs/cgroup) wins, else the first one listed.
+        let mut controllers: HashMap<String, PathBuf> = HashMap::new();
+        for m in mounts.iter().filter(|m| m.fstype == "cgroup") {
+            let host = m.mount_point.parent() == Some(Path::new("/sys/fs/cgroup"));
+            for c in &m.controllers {
+                let known = controllers
+                    .get(c)
+                    .is_some_and(|p| p.parent() == Some(Path::new("/sys/fs/cgroup")));
+                if !controllers.contains_key(c) || (host && !known) {
+                    controllers.insert(c.clone(), m.mount_point.clone());
+                }
+            }
+        }
         if !controllers.is_empty() {
             return Ok(Hierarchy::V1(v1::V1::new(controllers)));
         }
@@ -1305,6 +1311,29 @@ mod tests {
 40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
+
+    #[test]
+    fn the_hosts_mount_of_a_controller_wins_over_criu_s() {
+        let yard = "\
+99 23 0:50 / /run/x/.criu.cgyard.a/freezer rw,relatime - cgroup cgroup rw,freezer
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+98 23 0:51 / /run/x/.criu.cgyard.a/memory rw,relatime - cgroup cgroup rw,memory
+";
+        let after = format!("{HYBRID}{yard}");
+        for info in [after.as_str(), yard] {
+            let Hierarchy::V1(v1) = Hierarchy::from_mountinfo(info).unwrap() else {
+                unreachable!()
+            };
+            assert_eq!(
+                v1.mount("freezer"),
+                Some(Path::new("/sys/fs/cgroup/freezer"))
+            );
+        }
+        let Hierarchy::V1(v1) = Hierarchy::from_mountinfo(&after).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(v1.mount("memory"), Some(Path::new("/sys/fs/cgroup/memory")));
+    }
 
     #[test]
     fn hybrid_host_is_v1_with_each_controller() {

@@ -73,6 +73,12 @@ pub struct PodDumpContainer {
     pub image_id: String,
     #[serde(rename = "imageName")]
     pub image_name: String,
+    /// The checkpointed process's arguments and working directory (its spec's), which the
+    /// restore's config must describe.
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub cwd: String,
 }
 
 /// Refuses any key of a request's `options`: crius defines none, and the CRI asks that an
@@ -145,6 +151,24 @@ fn check_container_ids(ids: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `process.args` and `process.cwd` of an OCI spec (empty where it has none).
+fn process_of(spec: &[u8]) -> (Vec<String>, String) {
+    let spec: serde_json::Value = serde_json::from_slice(spec).unwrap_or_default();
+    let args = spec["process"]["args"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let cwd = spec["process"]["cwd"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (args, cwd)
 }
 
 /// How long before its answer is due the work must stop, to leave time to thaw and clean up:
@@ -547,6 +571,7 @@ impl Daemon {
                     .join("upper"),
                 s.record.log_path.clone(),
             );
+            let (args, cwd) = process_of(&dumped.spec);
             let (location2, cancel) = (location.clone(), commit.clone());
             tokio::task::spawn_blocking(move || {
                 archive::write_prepared(
@@ -579,6 +604,8 @@ impl Daemon {
                 archive: file,
                 image_id: s.record.image_id.clone(),
                 image_name: s.record.image_name.clone(),
+                args,
+                cwd,
             });
         }
         let dump = PodDump {
@@ -682,11 +709,18 @@ mod tests {
                 archive: "c.tar".into(),
                 image_id: "sha256:x".into(),
                 image_name: "busybox".into(),
+                args: vec!["sh".into()],
+                cwd: "/".into(),
             }],
         };
         let json = serde_json::to_string(&dump).unwrap();
         assert!(json.contains("\"podConfig\":\"AQID\""), "{json}");
         let back: PodDump = serde_json::from_str(&json).unwrap();
         assert_eq!(back.containers[0].archive, "c.tar");
+        assert_eq!(
+            process_of(br#"{"process":{"args":["sh","-c","x"],"cwd":"/w"}}"#),
+            (vec!["sh".into(), "-c".into(), "x".into()], "/w".into())
+        );
+        assert_eq!(process_of(b"not json"), (vec![], String::new()));
     }
 }

@@ -15,7 +15,7 @@ use std::time::Instant;
 use crius_api::v1::{ContainerConfig, RestorePodRequest};
 
 use super::checkpoint::{
-    check_absolute, check_no_options, work_by, PodDump, FORMAT_VERSION, POD_JSON,
+    check_absolute, check_no_options, work_by, PodDump, PodDumpContainer, FORMAT_VERSION, POD_JSON,
 };
 use crate::container::checkpoint::criu_binary;
 use crate::daemon::Daemon;
@@ -150,25 +150,34 @@ impl Daemon {
                 continue;
             };
             let image = given.image.as_ref().map_or("", |i| i.image.as_str());
-            if !image.is_empty() {
-                // The image must be the one the checkpointed process ran.
-                let found = self.images.get(image)?.ok_or_else(|| {
+            let found = match image.is_empty() {
+                true => self.images.get(&c.image_id)?.ok_or_else(|| {
+                    Error::NotFound(format!(
+                        "image {} that container {:?} was checkpointed with is not on this \
+                         node: pull it first",
+                        c.image_id,
+                        excerpt(&c.name)
+                    ))
+                })?,
+                false => self.images.get(image)?.ok_or_else(|| {
                     Error::NotFound(format!(
                         "container_configs[{i}].image.image {:?} not found",
                         excerpt(image)
                     ))
-                })?;
-                if found.id != c.image_id {
-                    return Err(Error::InvalidArgument(format!(
-                        "container_configs[{i}].image.image {:?} ({}) is not the image container \
-                         {:?} was checkpointed with ({})",
-                        excerpt(image),
-                        found.id,
-                        excerpt(&c.name),
-                        c.image_id
-                    )));
-                }
+                })?,
+            };
+            // The image must be the one the checkpointed process ran.
+            if found.id != c.image_id {
+                return Err(Error::InvalidArgument(format!(
+                    "container_configs[{i}].image.image {:?} ({}) is not the image container \
+                     {:?} was checkpointed with ({})",
+                    excerpt(image),
+                    found.id,
+                    excerpt(&c.name),
+                    c.image_id
+                )));
             }
+            self.check_process(i, given, &found, c)?;
             crate::container::check_restorable(given, &config)?;
             let mut given = given.clone();
             given.image.get_or_insert_with(Default::default).image =
@@ -191,6 +200,48 @@ impl Daemon {
                 Err(e)
             }
         }
+    }
+
+    /// The command, arguments and working directory of `config` must describe the
+    /// checkpointed process (they cannot change it: the process comes from the checkpoint).
+    fn check_process(
+        &self,
+        i: usize,
+        config: &ContainerConfig,
+        image: &crius_image::ImageRecord,
+        checkpointed: &PodDumpContainer,
+    ) -> Result<()> {
+        if checkpointed.args.is_empty() {
+            return Ok(());
+        }
+        let image_config: serde_json::Value =
+            serde_json::from_str(&self.images.config_json(image)?)
+                .map_err(|e| Error::internal(format!("parse config of image {}", image.id), e))?;
+        let (args, cwd) = crate::spec::process_args_cwd(config, &image_config).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "container_configs[{i}]: {}",
+                crate::error::chain(&e)
+            ))
+        })?;
+        if args != checkpointed.args {
+            return Err(Error::InvalidArgument(format!(
+                "container_configs[{i}].command/args: they make {:?}, the checkpointed process \
+                 of {:?} runs {:?}",
+                excerpt(&args.join(" ")),
+                excerpt(&checkpointed.name),
+                excerpt(&checkpointed.args.join(" "))
+            )));
+        }
+        if !checkpointed.cwd.is_empty() && cwd != Path::new(&checkpointed.cwd) {
+            return Err(Error::InvalidArgument(format!(
+                "container_configs[{i}].working_dir: {:?}, the checkpointed process of {:?} \
+                 works in {:?}",
+                excerpt(&cwd.display().to_string()),
+                excerpt(&checkpointed.name),
+                excerpt(&checkpointed.cwd)
+            )));
+        }
+        Ok(())
     }
 
     async fn restore_containers(
@@ -233,7 +284,6 @@ impl Daemon {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::checkpoint::PodDumpContainer;
     use crius_api::v1::ContainerMetadata;
 
     fn dump(names: &[&str]) -> PodDump {
@@ -251,6 +301,8 @@ mod tests {
                     archive: format!("id-{n}.tar"),
                     image_id: String::new(),
                     image_name: String::new(),
+                    args: Vec::new(),
+                    cwd: String::new(),
                 })
                 .collect(),
         }

@@ -162,6 +162,15 @@ fn restore_request(
 /// A refused request: what it is, its result, the code and words its status must have.
 type Case<'a, T> = (&'a str, Result<T, tonic::Status>, Code, &'a [&'a str]);
 
+/// A RestorePod request to be refused: what it is, the request and its deadline, the code
+/// and words its status must have.
+type RestoreCase<'a> = (
+    &'a str,
+    (RestorePodRequest, Option<Duration>),
+    Code,
+    &'a [&'a str],
+);
+
 async fn pod_count(env: &Env) -> usize {
     env.list_pods(PodSandboxFilter::default()).await.len()
 }
@@ -252,6 +261,9 @@ async fn round_trip(env: &mut Env, handler: &str, tag: &str) -> (Duration, Durat
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["alpha", "beta"]);
+    let first = &pod_json["containers"][0];
+    assert!(first["cwd"].as_str().unwrap().starts_with('/'), "{first}");
+    assert_eq!(first["args"][0], "sh", "{first}");
 
     for id in &ids {
         env.stop(id, 0).await;
@@ -492,35 +504,33 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
         .insert("leave-running".into(), "1".into());
     let mut wrong_image = counter(&env, "alpha");
     wrong_image.image.as_mut().unwrap().image = "no-such-image:1".into();
+    let other_command = env.container_config("alpha", &["sleep", "1000"]);
+    let mut other_dir = counter(&env, "alpha");
+    other_dir.working_dir = "/root".into();
     let not_a_checkpoint = env.crius.dir().join("not-a-checkpoint");
     std::fs::create_dir_all(&not_a_checkpoint).unwrap();
-    let cases: Vec<Case<RestorePodResponse>> = vec![
+    let cases: Vec<RestoreCase> = vec![
         (
             "no deadline",
-            restore_pod(
-                &env,
+            (
                 restore_request(&out, &config_b, "runc", vec![counter(&env, "alpha")]),
                 None,
-            )
-            .await,
+            ),
             Code::InvalidArgument,
             &["deadline"],
         ),
         (
             "a name not in the checkpoint",
-            restore_pod(
-                &env,
+            (
                 restore_request(&out, &config_b, "runc", vec![counter(&env, "other")]),
                 t,
-            )
-            .await,
+            ),
             Code::InvalidArgument,
             &["container_configs", "missing: [\"alpha\"]", "\"other\""],
         ),
         (
             "one name more",
-            restore_pod(
-                &env,
+            (
                 restore_request(
                     &out,
                     &config_b,
@@ -528,15 +538,13 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
                     vec![counter(&env, "alpha"), counter(&env, "beta")],
                 ),
                 t,
-            )
-            .await,
+            ),
             Code::InvalidArgument,
             &["container_configs", "not in the checkpoint: [\"beta\"]"],
         ),
         (
             "a name twice",
-            restore_pod(
-                &env,
+            (
                 restore_request(
                     &out,
                     &config_b,
@@ -544,21 +552,19 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
                     vec![counter(&env, "alpha"), counter(&env, "alpha")],
                 ),
                 t,
-            )
-            .await,
+            ),
             Code::InvalidArgument,
             &["container_configs[1]", "twice"],
         ),
         (
             "no container configs",
-            restore_pod(&env, restore_request(&out, &config_b, "runc", vec![]), t).await,
+            (restore_request(&out, &config_b, "runc", vec![]), t),
             Code::InvalidArgument,
             &["container_configs"],
         ),
         (
             "unknown handler",
-            restore_pod(
-                &env,
+            (
                 restore_request(
                     &out,
                     &config_b,
@@ -566,21 +572,19 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
                     vec![counter(&env, "alpha")],
                 ),
                 t,
-            )
-            .await,
+            ),
             Code::InvalidArgument,
             &["runtime_handler", "no-such-handler"],
         ),
         (
             "unknown option",
-            restore_pod(&env, with_option, t).await,
+            (with_option, t),
             Code::InvalidArgument,
             &["options", "leave-running"],
         ),
         (
             "relative checkpoint_path",
-            restore_pod(
-                &env,
+            (
                 restore_request(
                     Path::new("some/dir"),
                     &config_b,
@@ -588,15 +592,13 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
                     vec![counter(&env, "alpha")],
                 ),
                 t,
-            )
-            .await,
+            ),
             Code::InvalidArgument,
             &["checkpoint_path", "absolute"],
         ),
         (
             "missing checkpoint_path",
-            restore_pod(
-                &env,
+            (
                 restore_request(
                     Path::new("/no/such/dir"),
                     &config_b,
@@ -604,15 +606,13 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
                     vec![counter(&env, "alpha")],
                 ),
                 t,
-            )
-            .await,
+            ),
             Code::NotFound,
             &["checkpoint_path"],
         ),
         (
             "not a pod checkpoint",
-            restore_pod(
-                &env,
+            (
                 restore_request(
                     &not_a_checkpoint,
                     &config_b,
@@ -620,24 +620,37 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
                     vec![counter(&env, "alpha")],
                 ),
                 t,
-            )
-            .await,
+            ),
             Code::InvalidArgument,
             &["checkpoint_path", "pod.json"],
         ),
         (
+            "another command",
+            (
+                restore_request(&out, &config_b, "runc", vec![other_command]),
+                t,
+            ),
+            Code::InvalidArgument,
+            &["container_configs[0].command/args", "sleep 1000"],
+        ),
+        (
+            "another working directory",
+            (restore_request(&out, &config_b, "runc", vec![other_dir]), t),
+            Code::InvalidArgument,
+            &["container_configs[0].working_dir", "/root"],
+        ),
+        (
             "an image not on the node",
-            restore_pod(
-                &env,
+            (
                 restore_request(&out, &config_b, "runc", vec![wrong_image]),
                 t,
-            )
-            .await,
+            ),
             Code::NotFound,
             &["container_configs[0].image.image", "no-such-image"],
         ),
     ];
-    for (what, result, code, needles) in cases {
+    for (what, (req, timeout), code, needles) in cases {
+        let result = restore_pod(&env, req, timeout).await;
         eprintln!("{what}: {:?}", result.as_ref().map(|_| ()));
         assert_status(result, code, needles);
         assert_eq!(pod_count(&env).await, pods, "{what}: a pod was left");
@@ -734,6 +747,7 @@ async fn a_too_short_deadline_leaves_the_pod_running_thawed_and_output_path_empt
              i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done",
         ],
     );
+    let big_config = big.clone();
     let big = env.create_start(&pod, &config, big).await;
     let small = env
         .create_start(&pod, &config, counter(&env, "alpha"))
@@ -797,11 +811,63 @@ async fn a_too_short_deadline_leaves_the_pod_running_thawed_and_output_path_empt
             ContainerState::ContainerRunning as i32
         );
     }
+
+    // With time enough it works: the figures for a pod with a large process, without the
+    // ballast.
+    env.exec(&big, &["rm", "/dev/ballast"], 10).await.unwrap();
+    let began = Instant::now();
+    checkpoint_pod(
+        &env,
+        &pod,
+        &out,
+        &[&big, &small],
+        Some(Duration::from_secs(120)),
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "CheckpointPod of the 256 MiB shell and a counter (runc): {:?}",
+        began.elapsed()
+    );
+    let sizes: u64 = listing(&out).values().sum();
+    eprintln!("pod checkpoint size: {} MiB", sizes >> 20);
     for id in [&big, &small] {
+        assert_eq!(freezer_state(&pod, id), "THAWED");
         env.stop(id, 0).await;
         env.remove(id).await;
     }
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
+
+    let config_b = pod_config(&env, "ckp-late-b");
+    let began = Instant::now();
+    let restored = restore_pod(
+        &env,
+        restore_request(
+            &out,
+            &config_b,
+            "runc",
+            vec![big_config, counter(&env, "alpha")],
+        ),
+        Some(Duration::from_secs(120)),
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "RestorePod of the 256 MiB shell and a counter (runc): {:?}",
+        began.elapsed()
+    );
+    env.pods.push(restored.pod_sandbox_id.clone());
+    for c in &restored.restored_containers {
+        env.start(&c.container_id).await;
+        let log = env.log_dir("ckp-late-b").join(format!("{}.log", c.name));
+        env.wait_log(&log, Duration::from_secs(20), |_| numbers(&log).len() >= 3)
+            .await;
+        assert!(numbers(&log)[0] > 1, "{}: {:?}", c.name, numbers(&log));
+        env.stop(&c.container_id, 0).await;
+        env.remove(&c.container_id).await;
+    }
+    env.stop_pod(&restored.pod_sandbox_id).await;
+    env.remove_pod(&restored.pod_sandbox_id).await;
     env.assert_no_leaks().await;
 }

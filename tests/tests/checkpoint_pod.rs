@@ -717,6 +717,27 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
         env.remove_pod(&g_pod).await;
     }
 
+    // A crius killed in the middle of a pod checkpoint leaves its containers frozen: the next
+    // start thaws them.
+    let state = PathBuf::from(format!(
+        "/sys/fs/cgroup/freezer/crius/{pod}/{running}/freezer.state"
+    ));
+    if state.exists() {
+        env.crius.kill9().unwrap();
+        std::fs::write(&state, "FROZEN").unwrap();
+        common::wait_for("the freeze", Duration::from_secs(5), || async {
+            (freezer_state(&pod, &running) == "FROZEN").then_some(())
+        })
+        .await;
+        env.crius.restart().await.unwrap();
+        assert_eq!(freezer_state(&pod, &running), "THAWED");
+        let at = numbers(&log).last().copied().unwrap_or(0);
+        env.wait_log(&log, Duration::from_secs(10), |_| {
+            numbers(&log).last().is_some_and(|n| *n >= at + 3)
+        })
+        .await;
+    }
+
     for id in [&running, &stopped] {
         env.stop(id, 0).await;
         env.remove(id).await;

@@ -281,6 +281,31 @@ struct Selected {
 }
 
 impl Daemon {
+    /// At start: thaws a running container's cgroup found frozen. The CRI has no pause, so
+    /// only a CheckpointPod whose crius died before its thaw leaves one so.
+    pub(crate) fn thaw_left_frozen(&self, c: &ContainerRecord) {
+        let Ok(hierarchy) = Hierarchy::host() else {
+            return;
+        };
+        let Some(cgroup) = self
+            .sandboxes
+            .get(&c.sandbox_id)
+            .and_then(|pod| self.container_cgroup_path(&pod, &c.id).ok())
+        else {
+            return;
+        };
+        match hierarchy.freezer_state(&cgroup) {
+            Ok(FreezerState::Frozen | FreezerState::Freezing) => {
+                tracing::warn!(container = %c.id, "thawing the cgroup a pod checkpoint left frozen");
+                if let Err(e) = hierarchy.set_frozen(&cgroup, false) {
+                    tracing::error!(container = %c.id, "thaw {cgroup}: {e}");
+                }
+            }
+            // Thawed, or no freezer to ask: nothing to do.
+            Ok(FreezerState::Thawed) | Err(_) => {}
+        }
+    }
+
     /// `CheckpointPod`. `answer_by`: when the client's deadline needs the answer (the CRI
     /// asks for one; a call without is refused).
     pub async fn checkpoint_pod(

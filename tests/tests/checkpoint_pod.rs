@@ -860,7 +860,40 @@ async fn a_too_short_deadline_leaves_the_pod_running_thawed_and_output_path_empt
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
 
+    // A restore with too little time: DeadlineExceeded, and the pod it made goes.
     let config_b = pod_config(&env, "ckp-late-b");
+    let pods = pod_count(&env).await;
+    let before = listing(&out);
+    let began = Instant::now();
+    let err = restore_pod(
+        &env,
+        restore_request(
+            &out,
+            &config_b,
+            "runc",
+            vec![big_config.clone(), counter(&env, "alpha")],
+        ),
+        Some(Duration::from_millis(500)),
+    )
+    .await;
+    eprintln!(
+        "RestorePod with 500 ms: answered after {:?}: {:?}",
+        began.elapsed(),
+        err.as_ref().map(|_| ())
+    );
+    assert_status(err, Code::DeadlineExceeded, &[]);
+    common::wait_for(
+        "the late restore's pod to be removed",
+        Duration::from_secs(60),
+        || async { (pod_count(&env).await == pods).then_some(()) },
+    )
+    .await;
+    eprintln!(
+        "the late restore's pod was gone after {:?}",
+        began.elapsed()
+    );
+    assert_eq!(listing(&out), before);
+
     let began = Instant::now();
     let restored = restore_pod(
         &env,

@@ -721,6 +721,52 @@ mod tests {
     }
 
     #[test]
+    fn a_caller_giving_up_thaws_all_but_the_container_under_criu() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = |c: &str| dir.path().join(format!("crius/p/{c}/freezer.state"));
+        for c in ["a", "b"] {
+            std::fs::create_dir_all(dir.path().join(format!("crius/p/{c}"))).unwrap();
+            std::fs::write(state(c), "FROZEN").unwrap();
+        }
+        let hierarchy: &'static Hierarchy =
+            Box::leak(Box::new(Hierarchy::V1(crate::cgroups::v1::V1::new(
+                HashMap::from([("freezer".to_string(), dir.path().to_path_buf())]),
+            ))));
+        let frozen = Frozen {
+            hierarchy,
+            inner: Mutex::new(FrozenInner::default()),
+        };
+        for c in ["a", "b"] {
+            frozen
+                .lock()
+                .cgroups
+                .insert(c.to_string(), format!("/crius/p/{c}"));
+        }
+        let commit = archive::Commit::default();
+        assert!(frozen.begin_dump("a", &commit));
+        assert!(commit.abandon());
+        frozen.thaw_idle().unwrap();
+        let read = |c: &str| std::fs::read_to_string(state(c)).unwrap();
+        assert_eq!(
+            (read("a").as_str(), read("b").as_str()),
+            ("FROZEN", "THAWED")
+        );
+        // Given up: no next dump; once CRIU is done with "a", it is thawed too.
+        assert!(!frozen.begin_dump("b", &commit));
+        frozen.end_dump();
+        frozen.thaw_idle().unwrap();
+        assert_eq!(read("a"), "THAWED");
+        // And whatever is still listed is thawed when it goes.
+        std::fs::write(state("b"), "FROZEN").unwrap();
+        frozen
+            .lock()
+            .cgroups
+            .insert("b".to_string(), "/crius/p/b".to_string());
+        drop(frozen);
+        assert_eq!(read("b"), "THAWED");
+    }
+
+    #[test]
     fn pod_json_round_trips() {
         let dump = PodDump {
             version: FORMAT_VERSION,

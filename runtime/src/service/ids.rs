@@ -65,8 +65,17 @@ ids_from!(
     ContainerStatsRequest => container_id,
     CheckpointContainerRequest => container_id,
     CheckpointPodRequest => pod_sandbox_id,
-    RestorePodRequest => checkpoint_path,
 );
+
+impl Ids for RestorePodRequest {
+    /// The pod to be, as for RunPodSandbox (the checkpoint path may be long).
+    fn ids(&self) -> String {
+        match self.config.as_ref().and_then(|c| c.metadata.as_ref()) {
+            Some(m) => format!("{}/{}", m.namespace, m.name),
+            None => String::new(),
+        }
+    }
+}
 
 impl Ids for RunPodSandboxRequest {
     fn ids(&self) -> String {

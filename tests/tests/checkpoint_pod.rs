@@ -470,6 +470,22 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
             "{what}: files left in output_path"
         );
     }
+    // Two running containers of one name (attempts 0 and 1): a restore could not tell them
+    // apart.
+    let mut again = counter(&env, "alpha");
+    again.metadata.as_mut().unwrap().attempt = 1;
+    again.log_path = "alpha_1.log".into();
+    let again = env.create_start(&pod, &config, again).await;
+    let err = checkpoint_pod(&env, &pod, &out, &[&running, &again], t).await;
+    assert_status(
+        err,
+        Code::InvalidArgument,
+        &["container_ids[1]", "\"alpha\""],
+    );
+    assert!(files_in(&out).is_empty());
+    env.stop(&again, 0).await;
+    env.remove(&again).await;
+
     let err = env
         .rt()
         .checkpoint_pod(request(
@@ -507,6 +523,12 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
     let other_command = env.container_config("alpha", &["sleep", "1000"]);
     let mut other_dir = counter(&env, "alpha");
     other_dir.working_dir = "/root".into();
+    let user_image = crius_tests::images::push(&env.registry, crius_tests::images::TestImage::User)
+        .unwrap()
+        .reference;
+    env.pull(&user_image).await;
+    let mut other_image = counter(&env, "alpha");
+    other_image.image.as_mut().unwrap().image = user_image.clone();
     let not_a_checkpoint = env.crius.dir().join("not-a-checkpoint");
     std::fs::create_dir_all(&not_a_checkpoint).unwrap();
     let cases: Vec<RestoreCase> = vec![
@@ -638,6 +660,15 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
             (restore_request(&out, &config_b, "runc", vec![other_dir]), t),
             Code::InvalidArgument,
             &["container_configs[0].working_dir", "/root"],
+        ),
+        (
+            "another image",
+            (
+                restore_request(&out, &config_b, "runc", vec![other_image]),
+                t,
+            ),
+            Code::InvalidArgument,
+            &["container_configs[0].image.image", "not the image"],
         ),
         (
             "an image not on the node",

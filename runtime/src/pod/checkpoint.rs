@@ -386,6 +386,13 @@ impl Daemon {
             .await
             .map_err(Error::FailedPrecondition)?;
         let hierarchy = Hierarchy::host()?;
+        if hierarchy.mode() == crate::cgroups::Mode::V1 && !hierarchy.has_controller("freezer") {
+            return Err(Error::FailedPrecondition(format!(
+                "checkpoint pod {}: the cgroup v1 freezer is not mounted on this node, and \
+                 CheckpointPod holds the containers still with it",
+                pod.id
+            )));
+        }
 
         let work_by = work_by(answer_by);
         let started = Instant::now();

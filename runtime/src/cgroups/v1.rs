@@ -17,8 +17,10 @@ use super::{
     CgroupError, CgroupStats, MemoryStats, Result, Transaction,
 };
 
-/// The v1 controllers crius reads or writes.
-pub const CONTROLLERS: &[&str] = &["cpu", "cpuacct", "cpuset", "memory", "hugetlb", "pids"];
+/// The v1 controllers crius reads or writes (the freezer for CheckpointPod).
+pub const CONTROLLERS: &[&str] = &[
+    "cpu", "cpuacct", "cpuset", "memory", "hugetlb", "pids", "freezer",
+];
 
 const MEMORY_LIMIT: &str = "memory.limit_in_bytes";
 const MEMSW_LIMIT: &str = "memory.memsw.limit_in_bytes";
@@ -60,6 +62,33 @@ impl V1 {
                 .iter()
                 .filter_map(|c| self.dir(c, cgroup))
                 .any(|d| d.is_dir()),
+        }
+    }
+
+    /// Asks the freezer to freeze (`FROZEN`) or thaw (`THAWED`) the cgroup and everything
+    /// below it.
+    pub(super) fn set_frozen(&self, cgroup: &str, frozen: bool) -> Result<()> {
+        let path = self.required_dir("freezer", cgroup)?.join("freezer.state");
+        let value = if frozen { "FROZEN" } else { "THAWED" };
+        super::write_file(&path, value).map_err(|source| CgroupError::Write {
+            path,
+            value: value.to_string(),
+            source,
+        })
+    }
+
+    /// Where the freezer is with the cgroup: `freezer.state` reads `THAWED`, `FREEZING` (some
+    /// task has not stopped yet, or a parent is freezing) or `FROZEN`.
+    pub(super) fn freezer_state(&self, cgroup: &str) -> Result<super::FreezerState> {
+        let path = self.required_dir("freezer", cgroup)?.join("freezer.state");
+        match read_string(&path)?.as_str() {
+            "THAWED" => Ok(super::FreezerState::Thawed),
+            "FREEZING" => Ok(super::FreezerState::Freezing),
+            "FROZEN" => Ok(super::FreezerState::Frozen),
+            other => Err(CgroupError::Parse {
+                path,
+                value: other.to_string(),
+            }),
         }
     }
 

@@ -86,6 +86,32 @@ impl V2 {
         self.dir(cgroup).is_dir()
     }
 
+    /// Asks for the cgroup and everything below it to freeze (`cgroup.freeze` 1) or thaw (0).
+    pub(super) fn set_frozen(&self, cgroup: &str, frozen: bool) -> Result<()> {
+        let path = self.dir(cgroup).join("cgroup.freeze");
+        let value = if frozen { "1" } else { "0" };
+        super::write_file(&path, value).map_err(|source| CgroupError::Write {
+            path,
+            value: value.to_string(),
+            source,
+        })
+    }
+
+    /// Where the freezer is with the cgroup: asked to freeze (`cgroup.freeze`) and done
+    /// (`frozen` of `cgroup.events`, which also counts an ancestor's freeze).
+    pub(super) fn freezer_state(&self, cgroup: &str) -> Result<super::FreezerState> {
+        let dir = self.dir(cgroup);
+        let events = dir.join("cgroup.events");
+        let text = read_optional(&events)?.ok_or_else(|| CgroupError::NotFound(cgroup.into()))?;
+        let frozen = flat_keyed(&text).get("frozen").copied() == Some(1);
+        let asked = read_string(&dir.join("cgroup.freeze"))? == "1";
+        Ok(match (asked, frozen) {
+            (_, true) => super::FreezerState::Frozen,
+            (true, false) => super::FreezerState::Freezing,
+            (false, false) => super::FreezerState::Thawed,
+        })
+    }
+
     /// Writes the set fields of `r` (already validated): cpuset, memory, cpu, hugetlb, then
     /// unified. A controller not enabled for the cgroup shows as its file missing (ENOENT),
     /// named in the error.

@@ -275,6 +275,42 @@ impl Daemon {
         criu: &Path,
         commit: &archive::Commit,
     ) -> Result<()> {
+        let dumped = self.dump_into(c, staging, criu, None).await?;
+        let paths = ContainerPaths::new(&self.config.root, &self.config.state, &c.id);
+        let upper = paths.layer.join("upper");
+        let log = c.log_path.clone();
+        let (staging, location) = (staging.to_path_buf(), location.to_path_buf());
+        let commit = commit.clone();
+        tokio::task::spawn_blocking(move || {
+            archive::write(
+                &archive::Contents {
+                    staging: &staging,
+                    upper: &upper,
+                    config_dump: &dumped.config_dump,
+                    spec: &dumped.spec,
+                    log: log.as_deref(),
+                    location: &location,
+                },
+                &commit,
+            )
+        })
+        .await
+        .map_err(|e| Error::internal("checkpoint archive task", e))?
+        .map_err(|e| Error::internal(format!("write checkpoint archive of {}", c.id), e))
+    }
+
+    /// Dumps the running container's processes with CRIU into `<staging>/checkpoint` (CRIU's
+    /// log into `<staging>/work`), leaving them running, and returns what its archive
+    /// describes it with. `frozen`: the freezer cgroup directory the container was frozen in
+    /// by the caller (CheckpointPod); CRIU is told to take the processes from it and to
+    /// leave it frozen.
+    pub(crate) async fn dump_into(
+        &self,
+        c: &ContainerRecord,
+        staging: &Path,
+        criu: &Path,
+        frozen: Option<&Path>,
+    ) -> Result<Dumped> {
         let pod = self.pod(&c.sandbox_id)?;
         let handler = self.handlers().get(&pod.runtime_handler)?.clone();
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, &c.id);
@@ -327,6 +363,15 @@ impl Daemon {
             for o in &rt.options {
                 cmd.arg("--runtime-option").arg(o);
             }
+        }
+        if let Some(dir) = frozen {
+            // Without it CRIU stops the tasks with ptrace, which a frozen task never answers.
+            // runc names the container's freezer cgroup to CRIU itself; libcontainer 0.7 does
+            // not, and CRIU reads its options from this file too (options of the request win).
+            let conf = staging.join("criu-dump.conf");
+            std::fs::write(&conf, format!("freeze-cgroup {}\n", dir.display()))
+                .map_err(|e| Error::internal(format!("write {}", conf.display()), e))?;
+            cmd.env("CRIU_CONFIG_FILE", &conf);
         }
         let mut path_var = std::ffi::OsString::new();
         if let Some(dir) = criu.parent() {
@@ -382,27 +427,14 @@ impl Daemon {
         };
         let config_dump = serde_json::to_vec_pretty(&dump)
             .map_err(|e| Error::internal("serialize config.dump", e))?;
-        let upper = paths.layer.join("upper");
-        let log = c.log_path.clone();
-        let (staging, location) = (staging.to_path_buf(), location.to_path_buf());
-        let commit = commit.clone();
-        tokio::task::spawn_blocking(move || {
-            archive::write(
-                &archive::Contents {
-                    staging: &staging,
-                    upper: &upper,
-                    config_dump: &config_dump,
-                    spec: &spec,
-                    log: log.as_deref(),
-                    location: &location,
-                },
-                &commit,
-            )
-        })
-        .await
-        .map_err(|e| Error::internal("checkpoint archive task", e))?
-        .map_err(|e| Error::internal(format!("write checkpoint archive of {}", c.id), e))
+        Ok(Dumped { config_dump, spec })
     }
+}
+
+/// What a dump leaves for the archive besides CRIU's images: `config.dump` and `spec.dump`.
+pub(crate) struct Dumped {
+    pub config_dump: Vec<u8>,
+    pub spec: Vec<u8>,
 }
 
 /// The last few `Error` lines of a CRIU log, `; `-joined, at most 1024 characters (without
@@ -464,8 +496,13 @@ pub mod archive {
             }
         }
 
+        /// Whether the caller has given up.
+        pub fn is_abandoned(&self) -> bool {
+            *self.0.lock().unwrap_or_else(|p| p.into_inner()) == Some(false)
+        }
+
         /// Runs `rename` unless the caller has given up; true if it ran and succeeded.
-        fn put_in_place(&self, rename: impl FnOnce() -> io::Result<()>) -> io::Result<bool> {
+        pub fn put_in_place(&self, rename: impl FnOnce() -> io::Result<()>) -> io::Result<bool> {
             let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
             if *state == Some(false) {
                 return Ok(false);
@@ -480,8 +517,20 @@ pub mod archive {
     /// place, unless `commit` was abandoned meanwhile; on failure or abandonment nothing is
     /// left at either name.
     pub fn write(c: &Contents<'_>, commit: &Commit) -> io::Result<()> {
+        let deleted = rootfs_diff(c.upper, &c.staging.join(names::ROOTFS_DIFF))?;
+        write_prepared(c, &deleted, commit, commit)
+    }
+
+    /// [`write`] with the writable layer already in `<staging>/rootfs-diff.tar` (taken while
+    /// the container was frozen) and `deleted` its whiteouts. The writing stops as soon as
+    /// `cancel` is abandoned; `commit` decides the rename.
+    pub fn write_prepared(
+        c: &Contents<'_>,
+        deleted: &[String],
+        commit: &Commit,
+        cancel: &Commit,
+    ) -> io::Result<()> {
         let diff = c.staging.join(names::ROOTFS_DIFF);
-        let deleted = rootfs_diff(c.upper, &diff)?;
         let dir = c.location.parent().unwrap_or(Path::new("/"));
         let name = c
             .location
@@ -489,7 +538,7 @@ pub mod archive {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let tmp = dir.join(format!(".{name}.crius-{}", std::process::id()));
-        let written = write_tar(c, &diff, &deleted, &tmp);
+        let written = write_tar(c, &diff, deleted, &tmp, cancel);
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
@@ -511,7 +560,13 @@ pub mod archive {
         Ok(())
     }
 
-    fn write_tar(c: &Contents<'_>, diff: &Path, deleted: &[String], tmp: &Path) -> io::Result<()> {
+    fn write_tar(
+        c: &Contents<'_>,
+        diff: &Path,
+        deleted: &[String],
+        tmp: &Path,
+        cancel: &Commit,
+    ) -> io::Result<()> {
         // It holds every page of the processes' memory: root's alone, as kubelet's
         // checkpoint documentation asks.
         let file = File::options()
@@ -519,6 +574,7 @@ pub mod archive {
             .create_new(true)
             .mode(0o600)
             .open(tmp)?;
+        let file = Cancellable { file, cancel };
         let mut tar = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, file));
         tar.follow_symlinks(false);
         tar.mode(tar::HeaderMode::Complete);
@@ -541,7 +597,27 @@ pub mod archive {
             tar.append_path_with_name(log, names::CONTAINER_LOG)?;
         }
         let file = tar.into_inner()?.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()
+        file.file.sync_all()
+    }
+
+    /// A file whose writes fail once the caller has stopped waiting, so a large archive
+    /// nobody will read is not finished.
+    struct Cancellable<'a> {
+        file: File,
+        cancel: &'a Commit,
+    }
+
+    impl io::Write for Cancellable<'_> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.cancel.is_abandoned() {
+                return Err(io::Error::other("the caller stopped waiting"));
+            }
+            self.file.write(buf)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            self.file.flush()
+        }
     }
 
     fn append_bytes<W: io::Write>(

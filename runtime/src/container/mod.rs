@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 pub use crate::layout::ContainerPaths;
 pub use crate::records::{ContainerRecord, ContainerState};
 use crate::util::excerpt;
+pub(crate) use restore::check_restorable;
 
 impl Daemon {
     /// `ReopenContainerLog`: only for a running container.

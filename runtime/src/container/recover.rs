@@ -91,7 +91,10 @@ impl Daemon {
                     let daemon = Arc::clone(self);
                     tokio::spawn(async move { daemon.remove_interrupted(&c.id).await });
                 }
-                ContainerState::Running => self.watch_exit(c.sandbox_id.clone(), c.id.clone()),
+                ContainerState::Running => {
+                    self.thaw_left_frozen(&c);
+                    self.watch_exit(c.sandbox_id.clone(), c.id.clone())
+                }
                 ContainerState::Created => {
                     // The shim has the truth: a crius killed between the shim's start and the
                     // database write left a record that says created for a process that runs

@@ -42,7 +42,7 @@ pub(super) struct RestoreSource {
 /// What a restore cannot do with this container: join the pod's (or another container's) PID
 /// namespace (runc 1.1 cannot restore into an existing one), or run in a user namespace
 /// (untested).
-pub(super) fn check_restorable(
+pub(crate) fn check_restorable(
     config: &crius_api::v1::ContainerConfig,
     pod_config: &crius_api::v1::PodSandboxConfig,
 ) -> Result<()> {

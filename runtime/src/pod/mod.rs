@@ -7,9 +7,11 @@
 //! idempotent teardown undoes a failed `RunPodSandbox`, serves `Stop`/`RemovePodSandbox`, and
 //! cleans up after a crius killed mid-way.
 
+pub mod checkpoint;
 pub mod files;
 mod recover;
 mod remove;
+mod restore;
 mod run;
 mod stop;
 mod watch;

@@ -64,7 +64,18 @@ ids_from!(
     AttachRequest => container_id,
     ContainerStatsRequest => container_id,
     CheckpointContainerRequest => container_id,
+    CheckpointPodRequest => pod_sandbox_id,
 );
+
+impl Ids for RestorePodRequest {
+    /// The pod to be, as for RunPodSandbox (the checkpoint path may be long).
+    fn ids(&self) -> String {
+        match self.config.as_ref().and_then(|c| c.metadata.as_ref()) {
+            Some(m) => format!("{}/{}", m.namespace, m.name),
+            None => String::new(),
+        }
+    }
+}
 
 impl Ids for RunPodSandboxRequest {
     fn ids(&self) -> String {

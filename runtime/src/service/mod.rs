@@ -24,6 +24,7 @@ mod events;
 mod ids;
 mod image;
 mod metrics;
+mod pod_checkpoint;
 mod runtime_config;
 mod sandbox;
 mod stats;
@@ -88,7 +89,12 @@ where
     let ids = request.ids();
     let span = tracing::info_span!("rpc", method, id = %ids);
     let start = Instant::now();
-    let task = tokio::spawn(handler(request).instrument(span.clone()));
+    let answer_by = deadline.map(|limit| start + limit);
+    let task = tokio::spawn(
+        ANSWER_BY
+            .scope(answer_by, handler(request))
+            .instrument(span.clone()),
+    );
     let mut task = AbortOnDrop {
         task,
         abort: ends_with_its_client(method),
@@ -139,6 +145,19 @@ where
             Err(status)
         }
     }
+}
+
+tokio::task_local! {
+    /// When [`instrument`] answers DeadlineExceeded if the handler has not answered yet
+    /// (`None`: the client set no deadline).
+    static ANSWER_BY: Option<Instant>;
+}
+
+/// For a handler that must finish (or undo itself) within its client's deadline, as
+/// CheckpointPod and RestorePod must: the moment its answer is due, `None` when the client
+/// set no deadline (or outside a handler).
+pub fn answer_by() -> Option<Instant> {
+    ANSWER_BY.try_with(|d| *d).ok().flatten()
 }
 
 /// A gRPC status code as Prometheus gRPC metrics name it (`grpc_code`).
@@ -325,6 +344,10 @@ cri_service! {
             -> ReopenContainerLogResponse => container::reopen_log;
         checkpoint_container("CheckpointContainer", CheckpointContainerRequest)
             -> CheckpointContainerResponse => container_checkpoint::checkpoint;
+        checkpoint_pod("CheckpointPod", CheckpointPodRequest) -> CheckpointPodResponse
+            => pod_checkpoint::checkpoint;
+        restore_pod("RestorePod", RestorePodRequest) -> RestorePodResponse
+            => pod_checkpoint::restore;
         get_container_events("GetContainerEvents", GetEventsRequest)
             -> BoxStream<ContainerEventResponse> => events::get_container_events;
 
@@ -449,6 +472,43 @@ mod tests {
             answer_before(Duration::from_secs(120)),
             Duration::from_millis(119_900)
         );
+    }
+
+    #[tokio::test]
+    async fn a_handler_knows_when_its_answer_is_due() {
+        let mut request = Request::new(VersionRequest::default());
+        request
+            .metadata_mut()
+            .insert("grpc-timeout", "5S".parse().unwrap());
+        let before = Instant::now();
+        let due = instrument("Version", request, move |_| async move {
+            let due = answer_by();
+            Ok(VersionResponse {
+                version: format!("{:?}", due.map(|d| d.duration_since(before))),
+                ..Default::default()
+            })
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .version;
+        assert!(due.starts_with("Some(4.9"), "{due}");
+        let none = instrument(
+            "Version",
+            Request::new(VersionRequest::default()),
+            |_| async {
+                Ok(VersionResponse {
+                    version: format!("{:?}", answer_by()),
+                    ..Default::default()
+                })
+            },
+        )
+        .await
+        .unwrap()
+        .into_inner()
+        .version;
+        assert_eq!(none, "None");
+        assert_eq!(answer_by(), None, "outside a handler");
     }
 
     #[tokio::test]

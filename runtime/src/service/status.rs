@@ -72,8 +72,10 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
 /// `elapsedSeconds`); `nri`, whether NRI is on (`enabled`), its socket or why there is none
 /// (`socket`) and the connected plugins in event order (`plugins`: `index`, `name`,
 /// `launched` for those crius started); `checkpoint`, what each handler can do with CRIU
-/// (`handlers`: name to `none`, `checkpoint` or `checkpoint, restore`), the criu binary
-/// (`criu`) or why there is none usable (`error`, and then every handler has `none`).
+/// (`handlers`: name to `none`, `checkpoint` or `checkpoint, restore`), whether whole pods can
+/// be (`pods`: `CheckpointPod, RestorePod`, for the handlers that can checkpoint and restore
+/// containers, or `none`), the criu binary (`criu`) or why there is none usable (`error`,
+/// and then every handler has `none`).
 /// `crius status` prints them.
 fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
     let json_path = |p: &std::path::Path| serde_json::Value::from(p.display().to_string());
@@ -118,9 +120,21 @@ async fn checkpoint_json(daemon: &Daemon) -> String {
             (h.name.clone(), serde_json::Value::from(can))
         })
         .collect();
+    // CheckpointPod freezes the containers' cgroups: v2, or v1 with the freezer mounted.
+    let freezer = crate::cgroups::Hierarchy::host()
+        .is_ok_and(|h| h.mode() == crate::cgroups::Mode::V2 || h.has_controller("freezer"));
+    let pods = match (&criu, freezer) {
+        (Ok(_), true) => "CheckpointPod, RestorePod",
+        (Ok(_), false) => "none (no cgroup freezer)",
+        (Err(_), _) => "none",
+    };
     match criu {
-        Ok(path) => serde_json::json!({"criu": path.display().to_string(), "handlers": handlers}),
-        Err(why) => serde_json::json!({"criu": null, "error": why, "handlers": handlers}),
+        Ok(path) => serde_json::json!({
+            "criu": path.display().to_string(), "handlers": handlers, "pods": pods
+        }),
+        Err(why) => serde_json::json!({
+            "criu": null, "error": why, "handlers": handlers, "pods": pods
+        }),
     }
     .to_string()
 }

@@ -87,6 +87,20 @@ use oci_spec::runtime::{
 };
 
 pub use error::{Result, SpecError};
+/// The arguments and working directory of the process a container config makes from an image
+/// config (what the OCI spec's `process.args` and `process.cwd` will be): RestorePod checks
+/// them against the checkpointed process's.
+pub fn process_args_cwd(
+    config: &ContainerConfig,
+    image_config: &serde_json::Value,
+) -> Result<(Vec<String>, std::path::PathBuf)> {
+    let image = image::ImageConfig::new(image_config);
+    Ok((
+        process::args(config, &image)?,
+        process::cwd(config, &image)?,
+    ))
+}
+
 pub(crate) use mounts::id_mappings;
 pub use resources::resources_to_oci;
 pub use signal::{cri_signal, stop_signal};

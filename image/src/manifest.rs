@@ -124,6 +124,8 @@ pub struct Manifest {
     pub config: Descriptor,
     #[serde(default)]
     pub layers: Vec<Descriptor>,
+    #[serde(default)]
+    pub annotations: HashMap<String, String>,
 }
 
 /// How a manifest body should be read.

@@ -318,6 +318,21 @@ impl ImageStore {
         Ok(removed)
     }
 
+    /// The annotations of the manifest `record` was pulled or imported by.
+    pub fn manifest_annotations(
+        &self,
+        record: &ImageRecord,
+    ) -> Result<std::collections::HashMap<String, String>> {
+        let body = self.content().read(&record.manifest_digest)?;
+        let manifest: crate::manifest::Manifest =
+            serde_json::from_slice(&body).map_err(|source| crate::Error::BadJson {
+                what: "manifest".to_owned(),
+                digest: record.manifest_digest.clone(),
+                source,
+            })?;
+        Ok(manifest.annotations)
+    }
+
     /// The overlay lowerdirs of an image, top layer first (the order `lowerdir=` wants).
     pub fn lowerdirs(&self, name: &str) -> Result<Vec<PathBuf>> {
         let record = self

@@ -701,3 +701,99 @@ async fn crun_checkpoints_as_its_build_allows() {
     env.remove_pod(&pod_b).await;
     env.assert_no_leaks().await;
 }
+
+/// An OCI image whose one layer is a checkpoint archive and whose manifest carries CRI-O's
+/// `io.kubernetes.cri-o.annotations.checkpoint.name` (what `checkpointctl build` makes),
+/// pulled from a registry, restores like the archive itself.
+#[tokio::test]
+async fn a_checkpoint_image_restores_like_its_archive() {
+    let mut env = Env::with_image_and_config(114, &criu_config()).await;
+    let config_a = pod_config(&env, "ck-img-a");
+    let pod_a = env.run_pod_with_handler(config_a.clone(), "runc").await;
+    let id = env.create_start(&pod_a, &config_a, counter(&env)).await;
+    let log_a = env.log_dir("ck-img-a").join("counter.log");
+    env.wait_log(&log_a, Duration::from_secs(10), |l| l.len() >= 3)
+        .await;
+    let dir = env.crius.dir().join("checkpoints");
+    std::fs::create_dir_all(&dir).unwrap();
+    let archive = dir.join("counter.tar");
+    checkpoint(&env, &id, &archive, 60).await.unwrap();
+    let at_checkpoint = *numbers(&log_a).last().unwrap();
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+    env.stop_pod(&pod_a).await;
+    env.remove_pod(&pod_a).await;
+
+    // The archive (an uncompressed tar) is the layer as it is.
+    let client = env.registry.client();
+    let layer = std::fs::read(&archive).unwrap();
+    let layer_digest = client.push_blob("checkpoints/counter", &layer).unwrap();
+    let config = serde_json::json!({
+        "architecture": crius_tests::images::host_arch(),
+        "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+        "config": {},
+    })
+    .to_string();
+    let config_digest = client
+        .push_blob("checkpoints/counter", config.as_bytes())
+        .unwrap();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": "application/vnd.oci.image.layer.v1.tar",
+            "digest": layer_digest,
+            "size": layer.len(),
+        }],
+        "annotations": {"io.kubernetes.cri-o.annotations.checkpoint.name": "counter"},
+    })
+    .to_string();
+    client
+        .push_manifest(
+            "checkpoints/counter",
+            "v1",
+            "application/vnd.oci.image.manifest.v1+json",
+            manifest.as_bytes(),
+        )
+        .unwrap();
+    let reference = format!("{}/checkpoints/counter:v1", env.registry.host_port());
+    env.pull(&reference).await;
+
+    let config_b = pod_config(&env, "ck-img-b");
+    let pod_b = env.run_pod_with_handler(config_b.clone(), "runc").await;
+    let mut c = counter(&env);
+    c.image.as_mut().unwrap().image = reference.clone();
+    let restored = env.create(&pod_b, &config_b, c).await;
+    let s = env.status(&restored).await;
+    assert_eq!(s.state, ContainerState::ContainerCreated as i32);
+    // It runs the image it was checkpointed from, not the checkpoint image.
+    assert_eq!(s.image.as_ref().unwrap().image, env.image);
+    env.start(&restored).await;
+    let log_b = env.log_dir("ck-img-b").join("counter.log");
+    env.wait_log(&log_b, Duration::from_secs(10), |_| {
+        numbers(&log_b).len() >= 3
+    })
+    .await;
+    let counted = numbers(&log_b);
+    assert!(
+        counted[0] > 1 && counted[0] <= at_checkpoint + 1,
+        "restored counter starts at {} (checkpointed at {at_checkpoint})",
+        counted[0]
+    );
+    let out = env
+        .exec(&restored, &["cat", "/root/note"], 10)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "kept-in-the-layer\n");
+    env.stop(&restored, 0).await;
+    env.remove(&restored).await;
+    env.stop_pod(&pod_b).await;
+    env.remove_pod(&pod_b).await;
+    env.assert_no_leaks().await;
+}

@@ -628,6 +628,10 @@ pub mod archive {
         let mut header = tar::Header::new_gnu();
         header.set_size(data.len() as u64);
         header.set_mode(0o600);
+        // Owner fields filled in: a header with empty ones is not a valid tar to strict
+        // readers (an image layer made of the archive is unpacked by such a reader).
+        header.set_uid(0);
+        header.set_gid(0);
         header.set_mtime(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -680,12 +684,38 @@ pub mod archive {
         Ok(())
     }
 
-    /// Unpacks the archive at `archive` into `dest` (a new, empty directory).
+    /// Unpacks the archive at `archive` into `dest` (a new, empty directory); an archive that
+    /// is a directory (a checkpoint image's unpacked layer) is copied.
     pub fn unpack(archive: &Path, dest: &Path) -> io::Result<()> {
+        if archive.is_dir() {
+            return copy_tree(archive, dest);
+        }
         let mut ar = tar::Archive::new(io::BufReader::with_capacity(1 << 20, File::open(archive)?));
         ar.set_preserve_permissions(true);
         ar.set_overwrite(false);
         ar.unpack(dest)
+    }
+
+    /// Copies the directories, regular files and symlinks under `from` into `to` (which
+    /// exists), with their permission bits; anything else is skipped, as `pack` skips it.
+    fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt as _;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            let (src, dst) = (entry.path(), to.join(entry.file_name()));
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                std::fs::create_dir(&dst)?;
+                copy_tree(&src, &dst)?;
+                let mode = entry.metadata()?.permissions().mode();
+                std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode))?;
+            } else if kind.is_file() {
+                std::fs::copy(&src, &dst)?;
+            } else if kind.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+            }
+        }
+        Ok(())
     }
 
     /// Applies an unpacked archive's writable layer to a container's mounted `rootfs`: the

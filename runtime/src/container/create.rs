@@ -170,16 +170,16 @@ impl Daemon {
             .as_ref()
             .map(|i| i.image.clone())
             .unwrap_or_default();
-        // An image that is an absolute path is a checkpoint archive to restore (as CRI-O
-        // takes it): the container runs the image it was checkpointed from.
+        // An image that is an absolute path is a checkpoint archive to restore, and so is an
+        // image marked as one (as CRI-O takes both): the container runs the image it was
+        // checkpointed from.
         let restore = match image_name.starts_with('/') {
-            true => {
-                let source = self.restore_source(&image_name, handler).await?;
-                super::restore::check_restorable(&config, &pod_config)?;
-                Some(source)
-            }
-            false => None,
+            true => Some(self.restore_source(&image_name, handler).await?),
+            false => self.checkpoint_image(&image_name, handler).await?,
         };
+        if restore.is_some() {
+            super::restore::check_restorable(&config, &pod_config)?;
+        }
         let (image_name, image) = match &restore {
             Some(r) => (r.image_name.clone(), r.image.clone()),
             None => {

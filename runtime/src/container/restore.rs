@@ -78,8 +78,27 @@ pub(crate) fn check_restorable(
     Ok(())
 }
 
-/// `config.dump` of the archive at `path`, read without unpacking the rest.
+/// The manifest annotation that marks an image as a checkpoint: its one layer is a checkpoint
+/// archive's contents (as `checkpointctl build` or `buildah add` + `buildah config
+/// --annotation` make it); the value is the checkpointed container's name.
+pub(crate) const CHECKPOINT_IMAGE_ANNOTATION: &str =
+    "io.kubernetes.cri-o.annotations.checkpoint.name";
+
+/// `config.dump` of the archive at `path` (a tar, or the directory of a checkpoint image's
+/// unpacked layer), read without unpacking the rest.
 fn read_config_dump(path: &Path) -> std::io::Result<Option<ConfigDump>> {
+    if path.is_dir() {
+        let file = match std::fs::File::open(path.join(names::CONFIG_DUMP)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut data = Vec::new();
+        file.take(1 << 20).read_to_end(&mut data)?;
+        return serde_json::from_slice(&data)
+            .map(Some)
+            .map_err(std::io::Error::other);
+    }
     let mut ar = tar::Archive::new(std::io::BufReader::new(std::fs::File::open(path)?));
     for entry in ar.entries()? {
         let mut entry = entry?;
@@ -109,6 +128,39 @@ pub(super) fn restore_spec(
 }
 
 impl Daemon {
+    /// When image `name` is a checkpoint image (see [`CHECKPOINT_IMAGE_ANNOTATION`]), the
+    /// source of its restore: its unpacked layer is the archive. `None` for any other image
+    /// or one not on the node (the create reports that as it does for any image).
+    pub(super) async fn checkpoint_image(
+        self: &Arc<Self>,
+        name: &str,
+        handler: &Handler,
+    ) -> Result<Option<RestoreSource>> {
+        let Some(record) = self.images.get(name)? else {
+            return Ok(None);
+        };
+        // Only a one-layer image can be one; others are not read further.
+        if record.layers.len() != 1 {
+            return Ok(None);
+        }
+        let annotations = self.images.manifest_annotations(&record)?;
+        if !annotations.contains_key(CHECKPOINT_IMAGE_ANNOTATION) {
+            return Ok(None);
+        }
+        let layer = self
+            .images
+            .lowerdirs(name)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                Error::FailedPrecondition(format!(
+                    "checkpoint image {:?} has no unpacked layer",
+                    excerpt(name)
+                ))
+            })?;
+        self.restore_source_at(layer, name, handler).await.map(Some)
+    }
+
     /// Checks that `path` (`config.image.image`) is a checkpoint archive this pod's handler
     /// can restore, and finds the image it was taken of.
     pub(super) async fn restore_source(
@@ -129,6 +181,20 @@ impl Daemon {
                 excerpt(path)
             )));
         }
+        self.restore_source_at(archive, path, handler).await
+    }
+
+    /// [`Daemon::restore_source`] once the archive (a tar, or an unpacked checkpoint image) is
+    /// found; `path` is how the request named it.
+    async fn restore_source_at(
+        self: &Arc<Self>,
+        archive: PathBuf,
+        path: &str,
+        handler: &Handler,
+    ) -> Result<RestoreSource> {
+        let bad = |why: String| {
+            Error::InvalidArgument(format!("config.image.image {:?}: {why}", excerpt(path)))
+        };
         if self.handlers().restorer(handler).is_none() {
             let why = match handler.checkpoint_support() {
                 CheckpointSupport::None => "cannot restore CRIU checkpoints",

@@ -25,7 +25,7 @@ mod ids;
 mod image;
 mod metrics;
 mod runtime_config;
-mod sandbox;
+pub(crate) mod sandbox;
 mod stats;
 mod status;
 mod streaming;

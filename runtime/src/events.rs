@@ -137,4 +137,21 @@ mod tests {
             Err(broadcast::error::RecvError::Closed)
         ));
     }
+
+    #[tokio::test]
+    async fn a_deleted_pod_carries_its_last_status_made_only_for_listeners() {
+        let events = Events::default();
+        events.emit_pod_deleted("p0", || panic!("made with nobody listening"));
+        let mut rx = events.subscribe().unwrap();
+        events.emit_pod_deleted("p1", || PodSandboxStatus {
+            id: "p1".into(),
+            ..Default::default()
+        });
+        events.emit(ContainerEventType::ContainerStoppedEvent, "c", "p2");
+        let deleted = rx.recv().await.unwrap();
+        assert_eq!(deleted.kind, ContainerEventType::ContainerDeletedEvent);
+        assert_eq!((deleted.id.as_str(), deleted.pod_id.as_str()), ("p1", "p1"));
+        assert_eq!(deleted.last_status.unwrap().id, "p1");
+        assert!(rx.recv().await.unwrap().last_status.is_none());
+    }
 }

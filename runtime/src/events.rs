@@ -6,15 +6,16 @@
 //! pod (its sandbox) carry the pod's id as `container_id`, as containerd's do.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use crius_api::v1::ContainerEventType;
+use crius_api::v1::{ContainerEventType, PodSandboxStatus};
 use tokio::sync::broadcast;
 
 /// Events a subscriber may fall behind by before it loses the oldest.
 pub const QUEUE: usize = 1024;
 
 /// One lifecycle change.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     pub kind: ContainerEventType,
     /// The container, or the pod for an event of the pod itself.
@@ -22,6 +23,10 @@ pub struct Event {
     pub pod_id: String,
     /// Nanoseconds since the epoch.
     pub at: i64,
+    /// The pod's status when it was removed, for its DELETED event: the pod is gone when the
+    /// event is sent, and kubelet's Evented PLEG drops an event without a pod status (logging an
+    /// error) instead of dropping the pod from its cache.
+    pub last_status: Option<Arc<PodSandboxStatus>>,
 }
 
 #[derive(Debug)]
@@ -43,6 +48,24 @@ impl Default for Events {
 impl Events {
     /// Tells every subscriber; nothing happens without one.
     pub fn emit(&self, kind: ContainerEventType, id: &str, pod_id: &str) {
+        self.send(kind, id, pod_id, || None);
+    }
+
+    /// Tells every subscriber that pod `id` is gone, with its last status (`status` is called
+    /// only when someone listens).
+    pub fn emit_pod_deleted(&self, id: &str, status: impl FnOnce() -> PodSandboxStatus) {
+        self.send(ContainerEventType::ContainerDeletedEvent, id, id, || {
+            Some(Arc::new(status()))
+        });
+    }
+
+    fn send(
+        &self,
+        kind: ContainerEventType,
+        id: &str,
+        pod_id: &str,
+        last_status: impl FnOnce() -> Option<Arc<PodSandboxStatus>>,
+    ) {
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let Some(tx) = tx.as_ref().filter(|tx| tx.receiver_count() > 0) else {
             return;
@@ -52,6 +75,7 @@ impl Events {
             id: id.to_string(),
             pod_id: pod_id.to_string(),
             at: crate::util::now_nanos(),
+            last_status: last_status(),
         });
     }
 
@@ -112,5 +136,22 @@ mod tests {
             fast.recv().await,
             Err(broadcast::error::RecvError::Closed)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_deleted_pod_carries_its_last_status_made_only_for_listeners() {
+        let events = Events::default();
+        events.emit_pod_deleted("p0", || panic!("made with nobody listening"));
+        let mut rx = events.subscribe().unwrap();
+        events.emit_pod_deleted("p1", || PodSandboxStatus {
+            id: "p1".into(),
+            ..Default::default()
+        });
+        events.emit(ContainerEventType::ContainerStoppedEvent, "c", "p2");
+        let deleted = rx.recv().await.unwrap();
+        assert_eq!(deleted.kind, ContainerEventType::ContainerDeletedEvent);
+        assert_eq!((deleted.id.as_str(), deleted.pod_id.as_str()), ("p1", "p1"));
+        assert_eq!(deleted.last_status.unwrap().id, "p1");
+        assert!(rx.recv().await.unwrap().last_status.is_none());
     }
 }

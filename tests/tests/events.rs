@@ -1,6 +1,6 @@
 //! GetContainerEvents: every subscriber sees the lifecycle of pods and containers in order,
-//! each event with the pod's status and its containers' statuses; a subscriber that never
-//! reads holds up nobody. Real crius, registry, CNI and containers. Network 19.
+//! each event with the pod's status and its containers' statuses (a removed pod's DELETED
+//! event with the status it left with); a subscriber that never reads holds up nobody. Real crius, registry, CNI and containers. Network 19.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -97,8 +97,21 @@ async fn subscribers_see_the_lifecycle_in_order() {
         assert!(events
             .windows(2)
             .all(|w| w[0].created_at <= w[1].created_at));
-        // A deleted pod has no status left.
-        assert!(events[7].pod_sandbox_status.is_none());
+        // A deleted pod's event carries the status it left with, metadata included: kubelet's
+        // Evented PLEG drops the pod from its cache on it, and logs an error and ignores an
+        // event without one (as crius once sent).
+        let deleted = &events[7];
+        let last = deleted
+            .pod_sandbox_status
+            .as_ref()
+            .unwrap_or_else(|| panic!("no pod status in {deleted:?}"));
+        assert_eq!(last.id, pod);
+        assert_eq!(last.state, PodSandboxState::SandboxNotready as i32);
+        assert_eq!(
+            last.metadata.as_ref().map(|m| m.name.as_str()),
+            Some("evented")
+        );
+        assert!(deleted.containers_statuses.is_empty(), "{deleted:?}");
     }
     env.assert_no_leaks().await;
 }

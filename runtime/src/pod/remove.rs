@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use crius_api::v1::ContainerEventType;
-
 use super::{PodPaths, SandboxState};
 use crate::cgroups;
 use crate::daemon::Daemon;
@@ -82,6 +80,8 @@ impl Daemon {
             }
             cgroups::remove_parent_if_empty();
         }
+        // The status it leaves with (stopped, no containers), for its DELETED event.
+        let last = self.sandboxes.get(id).unwrap_or_else(|| record.clone());
         self.store.release_name(&record.name, id)?;
         self.sandboxes.remove(&self.store, id)?;
         self.nri
@@ -89,7 +89,7 @@ impl Daemon {
             .await;
         if record.state != SandboxState::Creating {
             self.events
-                .emit(ContainerEventType::ContainerDeletedEvent, id, id);
+                .emit_pod_deleted(id, || crate::service::sandbox::pod_status(self, &last).0);
         }
         Ok(())
     }

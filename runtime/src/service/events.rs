@@ -1,6 +1,8 @@
 //! `GetContainerEvents`: a stream per subscriber of the lifecycle events in
 //! [`crate::events`], each with the pod's status and its containers' statuses as they are when
-//! the event is sent (kubelet's Evented PLEG updates its cache from them).
+//! the event is sent (kubelet's Evented PLEG updates its cache from them); a removed pod's
+//! DELETED event carries the status the pod had when it was removed, as containerd's does
+//! (kubelet drops the pod from its cache on it).
 
 use std::sync::Arc;
 
@@ -42,7 +44,8 @@ fn response(d: &Daemon, event: Event) -> ContainerEventResponse {
             let (status, containers) = super::sandbox::pod_status(d, &r);
             (Some(status), containers)
         }
-        None => (None, Vec::new()),
+        // Gone: its DELETED event carries the status it had when it was removed.
+        None => (event.last_status.as_deref().cloned(), Vec::new()),
     };
     ContainerEventResponse {
         container_id: event.id,

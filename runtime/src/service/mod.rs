@@ -26,7 +26,7 @@ mod image;
 mod metrics;
 mod pod_checkpoint;
 mod runtime_config;
-mod sandbox;
+pub(crate) mod sandbox;
 mod stats;
 mod status;
 mod streaming;

@@ -80,7 +80,7 @@ pub async fn status(
 }
 
 /// The CRI status of pod `r` and of every container of it, oldest first.
-pub(super) fn pod_status(
+pub(crate) fn pod_status(
     d: &Daemon,
     r: &SandboxRecord,
 ) -> (PodSandboxStatus, Vec<ContainerStatus>) {

@@ -521,7 +521,7 @@ pub mod archive {
         write_prepared(c, &deleted, commit, commit)
     }
 
-    /// [`write`] with the writable layer already in `<staging>/rootfs-diff.tar` (taken while
+    /// [`write()`] with the writable layer already in `<staging>/rootfs-diff.tar` (taken while
     /// the container was frozen) and `deleted` its whiteouts. The writing stops as soon as
     /// `cancel` is abandoned; `commit` decides the rename.
     pub fn write_prepared(

@@ -797,3 +797,58 @@ async fn a_checkpoint_image_restores_like_its_archive() {
     env.remove_pod(&pod_b).await;
     env.assert_no_leaks().await;
 }
+
+/// A terminal (`tty`) container round-trips too, under the built-in handler and runc: the
+/// restored counter writes on through the new pod's terminal into its CRI log.
+#[tokio::test]
+async fn terminal_containers_round_trip() {
+    let mut env = Env::with_image_and_config(115, &criu_config()).await;
+    let dir = env.crius.dir().join("checkpoints");
+    std::fs::create_dir_all(&dir).unwrap();
+    for h in ["runc", "crius"] {
+        let (name_a, name_b) = (format!("ck-tty-{h}"), format!("ck-tty-{h}-b"));
+        let config_a = pod_config(&env, &name_a);
+        let pod_a = env.run_pod_with_handler(config_a.clone(), h).await;
+        let mut c = counter(&env);
+        c.tty = true;
+        let id = env.create_start(&pod_a, &config_a, c.clone()).await;
+        let log_a = env.log_dir(&name_a).join("counter.log");
+        env.wait_log(&log_a, Duration::from_secs(10), |_| {
+            numbers(&log_a).len() >= 3
+        })
+        .await;
+        let archive = dir.join(format!("tty-{h}.tar"));
+        checkpoint(&env, &id, &archive, 60).await.unwrap();
+        let at_checkpoint = *numbers(&log_a).last().unwrap();
+        env.stop(&id, 0).await;
+        env.remove(&id).await;
+        env.stop_pod(&pod_a).await;
+        env.remove_pod(&pod_a).await;
+
+        let config_b = pod_config(&env, &name_b);
+        let pod_b = env.run_pod_with_handler(config_b.clone(), "runc").await;
+        c.image.as_mut().unwrap().image = archive.display().to_string();
+        let restored = env.create(&pod_b, &config_b, c).await;
+        env.start(&restored).await;
+        let log_b = env.log_dir(&name_b).join("counter.log");
+        env.wait_log(&log_b, Duration::from_secs(10), |_| {
+            numbers(&log_b).len() >= 3
+        })
+        .await;
+        let counted = numbers(&log_b);
+        assert!(
+            counted[0] > 1 && counted[0] <= at_checkpoint + 1,
+            "{h}: restored counter starts at {} (checkpointed at {at_checkpoint})",
+            counted[0]
+        );
+        assert_eq!(
+            env.status(&restored).await.state,
+            ContainerState::ContainerRunning as i32
+        );
+        env.stop(&restored, 0).await;
+        env.remove(&restored).await;
+        env.stop_pod(&pod_b).await;
+        env.remove_pod(&pod_b).await;
+    }
+    env.assert_no_leaks().await;
+}

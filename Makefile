@@ -114,11 +114,13 @@ cargo-deny: check-rust
 deps-run:
 	@./.ci/install-deps $(RUN_PACKAGES)
 	@./contrib/criu/install
+	@./contrib/cgroup/favordynmods
 
 deps-test:
 	@./.ci/install-deps $(TEST_PACKAGES)
 	@./contrib/criu/install
 	@./contrib/cgroup/hybrid-v1-only
+	@./contrib/cgroup/favordynmods
 	@./.ci/install-python-deps
 
 check-rust:

@@ -302,6 +302,16 @@ impl Phases {
         self.took.push((name, now - self.last));
         self.last = now;
     }
+
+    /// How long all steps took together.
+    pub fn total(&self) -> std::time::Duration {
+        self.took.iter().map(|(_, d)| *d).sum()
+    }
+
+    /// Adds the steps of `inner` (a part of this operation timed on its own) after these.
+    pub fn extend(&mut self, inner: Phases) {
+        self.took.extend(inner.took);
+    }
 }
 
 impl std::fmt::Display for Phases {

@@ -317,7 +317,8 @@ impl Daemon {
         let ((ips, cni_took), (pid, pause_took)) = (network?, pause?);
         phases.mark("network_and_pause");
         phases.add("cni_add", cni_took);
-        phases.add("pause", pause_took);
+        phases.add("pause", pause_took.total());
+        phases.extend(pause_took);
         record.ips = ips.iter().map(|ip| ip.to_string()).collect();
         record.pause_pid = u32::try_from(pid).ok();
         // Still Creating, so not listed: plugins see the pod before any client can use it,
@@ -340,7 +341,8 @@ impl Daemon {
 impl Daemon {
     /// The pod's shim, and the pause process in it, created in the pod's namespaces and
     /// cgroup (its resources applied before it runs) and started. Returns the pause's pid and
-    /// how long this took.
+    /// how long each step took (`pause_shim`, `pause_spec`, `pause_create`, `pause_cgroup`,
+    /// `pause_start`).
     async fn start_pause(
         self: &Arc<Self>,
         record: &SandboxRecord,
@@ -348,10 +350,11 @@ impl Daemon {
         paths: &PodPaths,
         shm: Option<&Path>,
         id_maps_root: Option<(u32, u32)>,
-    ) -> Result<(i32, std::time::Duration)> {
-        let started = std::time::Instant::now();
+    ) -> Result<(i32, crate::util::Phases)> {
+        let mut phases = crate::util::Phases::start();
         let id = &record.id;
         let shim = self.shims.start(id).await?;
+        phases.mark("pause_shim");
         let rootfs = paths.pause_bundle.join("rootfs");
         std::fs::create_dir_all(&rootfs)
             .map_err(|e| Error::internal(format!("create {}", rootfs.display()), e))?;
@@ -381,6 +384,7 @@ impl Daemon {
             crate::spec::set_userns_mappings(&mut spec, config)?;
         }
         write_spec(&paths.pause_bundle, &spec)?;
+        phases.mark("pause_spec");
         let pause = shim
             .create_container(crius_api::shim::CreateContainer {
                 id: id.clone(),
@@ -393,6 +397,7 @@ impl Daemon {
                 restore: None,
             })
             .await?;
+        phases.mark("pause_create");
         cgroups::attach(&record.cgroup, id, pause).await?;
         // libcontainer has made the pod cgroup with the pause container: limit it before
         // anything runs in it.
@@ -400,8 +405,10 @@ impl Daemon {
         tokio::task::spawn_blocking(move || cgroups::apply_pod_resources(&cgroup, &pod_config))
             .await
             .map_err(|e| Error::internal("apply pod resources", e))??;
+        phases.mark("pause_cgroup");
         let pid = shim.start(id).await?;
-        Ok((pid, started.elapsed()))
+        phases.mark("pause_start");
+        Ok((pid, phases))
     }
 }
 

@@ -19,46 +19,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{assert_status, texts, Env};
+use common::checkpoints::{
+    counted, counter_named, counts_on_from, criu_config, files_in, numbers, pod_config, remove_all,
+};
+use common::{assert_status, Env};
 use crius_api::v1::{
-    CheckpointContainerRequest, ContainerConfig, ContainerState, NamespaceMode, PodSandboxConfig,
-    StatusRequest,
+    CheckpointContainerRequest, ContainerConfig, ContainerState, NamespaceMode, StatusRequest,
 };
 use tonic::Code;
 
-fn criu_config() -> String {
-    let private = Path::new("/opt/crius/criu/bin/criu");
-    let criu = if private.exists() {
-        private.display().to_string()
-    } else {
-        "criu".to_string()
-    };
-    format!("[runtime]\ncriu_path = \"{criu}\"\n")
-}
-
-/// A pod config whose containers have their own PID namespace (kubelet's default).
-fn pod_config(env: &Env, name: &str) -> PodSandboxConfig {
-    let mut config = env.pod_config(name, false);
-    common::pod_sc(&mut config)
-        .namespace_options
-        .as_mut()
-        .unwrap()
-        .pid = NamespaceMode::Container as i32;
-    config
-}
-
-/// Counts in the shell's memory, one number a line every 100 ms, after writing a file into
-/// its writable layer.
+/// The counter of these tests: `kept-in-the-layer` in `/root/note`, then counting.
 fn counter(env: &Env) -> ContainerConfig {
-    env.container_config(
-        "counter",
-        &[
-            "sh",
-            "-c",
-            "echo kept-in-the-layer > /root/note; i=0; \
-             while true; do i=$((i+1)); echo $i; sleep 0.1; done",
-        ],
-    )
+    counter_named(env, "counter", "kept-in-the-layer")
 }
 
 async fn checkpoint(
@@ -75,14 +47,6 @@ async fn checkpoint(
         })
         .await
         .map(|_| ())
-}
-
-/// The numbers a counter logged.
-fn numbers(log: &Path) -> Vec<u64> {
-    texts(&common::read_log(log), "stdout")
-        .iter()
-        .filter_map(|t| t.trim().parse().ok())
-        .collect()
 }
 
 /// The names of the archive's entries.
@@ -106,12 +70,6 @@ fn entry(archive: &Path, name: &str) -> Vec<u8> {
         }
     }
     panic!("{name} not in {}", archive.display());
-}
-
-fn files_in(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -615,6 +573,54 @@ async fn without_criu_checkpoints_fail_naming_the_package() {
     env.assert_no_leaks().await;
 }
 
+/// Runs pod `name` under `handler` and restores the counter from `image` (an archive path or
+/// a checkpoint image) into it, started: (pod, container).
+async fn restore_counter(
+    env: &mut Env,
+    name: &str,
+    handler: &str,
+    image: &str,
+    tty: bool,
+) -> (String, String) {
+    let config = pod_config(env, name);
+    let pod = env.run_pod_with_handler(config.clone(), handler).await;
+    let mut c = counter(env);
+    c.tty = tty;
+    c.image.as_mut().unwrap().image = image.to_string();
+    let restored = env.create(&pod, &config, c).await;
+    let s = env.status(&restored).await;
+    assert_eq!(s.state, ContainerState::ContainerCreated as i32);
+    // It runs the image it was checkpointed from.
+    assert_eq!(s.image.as_ref().unwrap().image, env.image);
+    env.start(&restored).await;
+    (pod, restored)
+}
+
+/// Runs pod `name` under `handler` with the counter (a terminal one with `tty`), checkpoints it
+/// into `<crius dir>/checkpoints/<name>.tar` and removes it all: the archive and the last
+/// number counted before the checkpoint.
+async fn checkpointed_counter(
+    env: &mut Env,
+    name: &str,
+    handler: &str,
+    tty: bool,
+) -> (PathBuf, u64) {
+    let config = pod_config(env, name);
+    let pod = env.run_pod_with_handler(config.clone(), handler).await;
+    let mut c = counter(env);
+    c.tty = tty;
+    let id = env.create_start(&pod, &config, c).await;
+    let log = env.log_dir(name).join("counter.log");
+    counted(env, &log, 3).await;
+    let dir = env.crius.dir().join("checkpoints");
+    std::fs::create_dir_all(&dir).unwrap();
+    let archive = dir.join(format!("{name}.tar"));
+    checkpoint(env, &id, &archive, 60).await.unwrap();
+    let at_checkpoint = *numbers(&log).last().unwrap();
+    remove_all(env, &pod, &id).await;
+    (archive, at_checkpoint)
+}
+
 /// crun checkpoints and restores through the same commands as runc when it is built with
 /// CRIU: a counter checkpointed in a crun pod goes on counting in another crun pod. Debian 12's
 /// crun 1.8.1 is built without CRIU (no `checkpoint` command); crius finds that at start,
@@ -644,8 +650,7 @@ async fn crun_checkpoints_as_its_build_allows() {
     let pod_a = env.run_pod_with_handler(config_a.clone(), "crun").await;
     let id = env.create_start(&pod_a, &config_a, counter(&env)).await;
     let log_a = env.log_dir("ck-crun-a").join("counter.log");
-    env.wait_log(&log_a, Duration::from_secs(10), |l| l.len() >= 3)
-        .await;
+    counted(&env, &log_a, 3).await;
     let dir = env.crius.dir().join("checkpoints");
     std::fs::create_dir_all(&dir).unwrap();
     let archive = dir.join("crun.tar");
@@ -653,52 +658,32 @@ async fn crun_checkpoints_as_its_build_allows() {
         let err = checkpoint(&env, &id, &archive, 60).await.unwrap_err();
         assert_status::<()>(Err(err), Code::Unimplemented, &["\"crun\"", "checkpoint"]);
         assert!(files_in(&dir).is_empty(), "{:?}", files_in(&dir));
-        assert_eq!(
-            env.status(&id).await.state,
-            ContainerState::ContainerRunning as i32
-        );
-        env.stop(&id, 0).await;
-        env.remove(&id).await;
-        env.stop_pod(&pod_a).await;
-        env.remove_pod(&pod_a).await;
+        let s = env.status(&id).await;
+        assert_eq!(s.state, ContainerState::ContainerRunning as i32);
+        remove_all(&env, &pod_a, &id).await;
         env.assert_no_leaks().await;
         return;
     }
-    let began = Instant::now();
     checkpoint(&env, &id, &archive, 60).await.unwrap();
-    eprintln!(
-        "checkpoint of the busybox counter (crun): {:?}",
-        began.elapsed()
-    );
     let at_checkpoint = *numbers(&log_a).last().unwrap();
     let dump: serde_json::Value = serde_json::from_slice(&entry(&archive, "config.dump")).unwrap();
     assert_eq!(dump["runtime"], "crun");
-    env.stop(&id, 0).await;
-    env.remove(&id).await;
-    env.stop_pod(&pod_a).await;
-    env.remove_pod(&pod_a).await;
-
-    let config_b = pod_config(&env, "ck-crun-b");
-    let pod_b = env.run_pod_with_handler(config_b.clone(), "crun").await;
-    let mut c = counter(&env);
-    c.image.as_mut().unwrap().image = archive.display().to_string();
-    let restored = env.create(&pod_b, &config_b, c).await;
-    env.start(&restored).await;
-    let log_b = env.log_dir("ck-crun-b").join("counter.log");
-    env.wait_log(&log_b, Duration::from_secs(10), |_| {
-        numbers(&log_b).len() >= 3
-    })
+    remove_all(&env, &pod_a, &id).await;
+    let (pod_b, restored) = restore_counter(
+        &mut env,
+        "ck-crun-b",
+        "crun",
+        &archive.display().to_string(),
+        false,
+    )
     .await;
-    let counted = numbers(&log_b);
-    assert!(
-        counted[0] > 1 && counted[0] <= at_checkpoint + 1,
-        "restored counter starts at {} (checkpointed at {at_checkpoint})",
-        counted[0]
-    );
-    env.stop(&restored, 0).await;
-    env.remove(&restored).await;
-    env.stop_pod(&pod_b).await;
-    env.remove_pod(&pod_b).await;
+    counts_on_from(
+        &env,
+        &env.log_dir("ck-crun-b").join("counter.log"),
+        at_checkpoint,
+    )
+    .await;
+    remove_all(&env, &pod_b, &restored).await;
     env.assert_no_leaks().await;
 }
 
@@ -708,21 +693,7 @@ async fn crun_checkpoints_as_its_build_allows() {
 #[tokio::test]
 async fn a_checkpoint_image_restores_like_its_archive() {
     let mut env = Env::with_image_and_config(114, &criu_config()).await;
-    let config_a = pod_config(&env, "ck-img-a");
-    let pod_a = env.run_pod_with_handler(config_a.clone(), "runc").await;
-    let id = env.create_start(&pod_a, &config_a, counter(&env)).await;
-    let log_a = env.log_dir("ck-img-a").join("counter.log");
-    env.wait_log(&log_a, Duration::from_secs(10), |l| l.len() >= 3)
-        .await;
-    let dir = env.crius.dir().join("checkpoints");
-    std::fs::create_dir_all(&dir).unwrap();
-    let archive = dir.join("counter.tar");
-    checkpoint(&env, &id, &archive, 60).await.unwrap();
-    let at_checkpoint = *numbers(&log_a).last().unwrap();
-    env.stop(&id, 0).await;
-    env.remove(&id).await;
-    env.stop_pod(&pod_a).await;
-    env.remove_pod(&pod_a).await;
+    let (archive, at_checkpoint) = checkpointed_counter(&mut env, "ck-img-a", "runc", false).await;
 
     // The archive (an uncompressed tar) is the layer as it is.
     let client = env.registry.client();
@@ -765,36 +736,19 @@ async fn a_checkpoint_image_restores_like_its_archive() {
     let reference = format!("{}/checkpoints/counter:v1", env.registry.host_port());
     env.pull(&reference).await;
 
-    let config_b = pod_config(&env, "ck-img-b");
-    let pod_b = env.run_pod_with_handler(config_b.clone(), "runc").await;
-    let mut c = counter(&env);
-    c.image.as_mut().unwrap().image = reference.clone();
-    let restored = env.create(&pod_b, &config_b, c).await;
-    let s = env.status(&restored).await;
-    assert_eq!(s.state, ContainerState::ContainerCreated as i32);
-    // It runs the image it was checkpointed from, not the checkpoint image.
-    assert_eq!(s.image.as_ref().unwrap().image, env.image);
-    env.start(&restored).await;
-    let log_b = env.log_dir("ck-img-b").join("counter.log");
-    env.wait_log(&log_b, Duration::from_secs(10), |_| {
-        numbers(&log_b).len() >= 3
-    })
+    let (pod_b, restored) = restore_counter(&mut env, "ck-img-b", "runc", &reference, false).await;
+    counts_on_from(
+        &env,
+        &env.log_dir("ck-img-b").join("counter.log"),
+        at_checkpoint,
+    )
     .await;
-    let counted = numbers(&log_b);
-    assert!(
-        counted[0] > 1 && counted[0] <= at_checkpoint + 1,
-        "restored counter starts at {} (checkpointed at {at_checkpoint})",
-        counted[0]
-    );
     let out = env
         .exec(&restored, &["cat", "/root/note"], 10)
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "kept-in-the-layer\n");
-    env.stop(&restored, 0).await;
-    env.remove(&restored).await;
-    env.stop_pod(&pod_b).await;
-    env.remove_pod(&pod_b).await;
+    remove_all(&env, &pod_b, &restored).await;
     env.assert_no_leaks().await;
 }
 
@@ -803,52 +757,20 @@ async fn a_checkpoint_image_restores_like_its_archive() {
 #[tokio::test]
 async fn terminal_containers_round_trip() {
     let mut env = Env::with_image_and_config(115, &criu_config()).await;
-    let dir = env.crius.dir().join("checkpoints");
-    std::fs::create_dir_all(&dir).unwrap();
     for h in ["runc", "crius"] {
         let (name_a, name_b) = (format!("ck-tty-{h}"), format!("ck-tty-{h}-b"));
-        let config_a = pod_config(&env, &name_a);
-        let pod_a = env.run_pod_with_handler(config_a.clone(), h).await;
-        let mut c = counter(&env);
-        c.tty = true;
-        let id = env.create_start(&pod_a, &config_a, c.clone()).await;
-        let log_a = env.log_dir(&name_a).join("counter.log");
-        env.wait_log(&log_a, Duration::from_secs(10), |_| {
-            numbers(&log_a).len() >= 3
-        })
+        let (archive, at_checkpoint) = checkpointed_counter(&mut env, &name_a, h, true).await;
+        let image = archive.display().to_string();
+        let (pod_b, restored) = restore_counter(&mut env, &name_b, "runc", &image, true).await;
+        counts_on_from(
+            &env,
+            &env.log_dir(&name_b).join("counter.log"),
+            at_checkpoint,
+        )
         .await;
-        let archive = dir.join(format!("tty-{h}.tar"));
-        checkpoint(&env, &id, &archive, 60).await.unwrap();
-        let at_checkpoint = *numbers(&log_a).last().unwrap();
-        env.stop(&id, 0).await;
-        env.remove(&id).await;
-        env.stop_pod(&pod_a).await;
-        env.remove_pod(&pod_a).await;
-
-        let config_b = pod_config(&env, &name_b);
-        let pod_b = env.run_pod_with_handler(config_b.clone(), "runc").await;
-        c.image.as_mut().unwrap().image = archive.display().to_string();
-        let restored = env.create(&pod_b, &config_b, c).await;
-        env.start(&restored).await;
-        let log_b = env.log_dir(&name_b).join("counter.log");
-        env.wait_log(&log_b, Duration::from_secs(10), |_| {
-            numbers(&log_b).len() >= 3
-        })
-        .await;
-        let counted = numbers(&log_b);
-        assert!(
-            counted[0] > 1 && counted[0] <= at_checkpoint + 1,
-            "{h}: restored counter starts at {} (checkpointed at {at_checkpoint})",
-            counted[0]
-        );
-        assert_eq!(
-            env.status(&restored).await.state,
-            ContainerState::ContainerRunning as i32
-        );
-        env.stop(&restored, 0).await;
-        env.remove(&restored).await;
-        env.stop_pod(&pod_b).await;
-        env.remove_pod(&pod_b).await;
+        let s = env.status(&restored).await;
+        assert_eq!(s.state, ContainerState::ContainerRunning as i32);
+        remove_all(&env, &pod_b, &restored).await;
     }
     env.assert_no_leaks().await;
 }

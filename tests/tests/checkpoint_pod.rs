@@ -14,65 +14,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{assert_status, texts, Env};
+use common::checkpoints::{counter_named, criu_config, files_in, numbers, pod_config};
+use common::{assert_status, Env};
 use crius_api::v1::{
     CheckpointPodRequest, ContainerConfig, ContainerState, NamespaceMode, PodSandboxConfig,
     PodSandboxFilter, RestorePodRequest, RestorePodResponse, StatusRequest,
 };
 use tonic::Code;
 
-fn criu_config() -> String {
-    let private = Path::new("/opt/crius/criu/bin/criu");
-    let criu = if private.exists() {
-        private.display().to_string()
-    } else {
-        "criu".to_string()
-    };
-    format!("[runtime]\ncriu_path = \"{criu}\"\n")
-}
-
-/// A pod config whose containers have their own PID namespace (kubelet's default; runc
-/// cannot restore into the pod's).
-fn pod_config(env: &Env, name: &str) -> PodSandboxConfig {
-    let mut config = env.pod_config(name, false);
-    common::pod_sc(&mut config)
-        .namespace_options
-        .as_mut()
-        .unwrap()
-        .pid = NamespaceMode::Container as i32;
-    config
-}
-
-/// Counts in the shell's memory, one number a line every 100 ms, after writing its name into
-/// a file of its writable layer.
+/// A counter that writes `<name>-in-the-layer` into `/root/note` first.
 fn counter(env: &Env, name: &str) -> ContainerConfig {
-    env.container_config(
-        name,
-        &[
-            "sh",
-            "-c",
-            &format!(
-                "echo {name}-in-the-layer > /root/note; i=0; \
-                 while true; do i=$((i+1)); echo $i; sleep 0.1; done"
-            ),
-        ],
-    )
-}
-
-/// The numbers a counter logged.
-fn numbers(log: &Path) -> Vec<u64> {
-    texts(&common::read_log(log), "stdout")
-        .iter()
-        .filter_map(|t| t.trim().parse().ok())
-        .collect()
-}
-
-fn files_in(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    files.sort();
-    files
+    counter_named(env, name, &format!("{name}-in-the-layer"))
 }
 
 /// Name and size of every file in `dir`.

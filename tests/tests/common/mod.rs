@@ -19,6 +19,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod checkpoints;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

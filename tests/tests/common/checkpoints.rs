@@ -1,0 +1,92 @@
+//! What the checkpoint tests (`checkpoint.rs`, `checkpoint_pod.rs`) share: crius's criu, pods
+//! whose containers restore, counters whose progress shows where a restore resumed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crius_api::v1::*;
+
+use super::{pod_sc, read_log, texts, Env};
+
+/// The `[runtime] criu_path` of the tests: the criu `contrib/criu/install` puts under
+/// /opt/crius/criu when the system's does not work on this kernel, else `criu`.
+pub fn criu_config() -> String {
+    let private = Path::new("/opt/crius/criu/bin/criu");
+    let criu = if private.exists() {
+        private.display().to_string()
+    } else {
+        "criu".to_string()
+    };
+    format!("[runtime]\ncriu_path = \"{criu}\"\n")
+}
+
+/// A pod config whose containers have their own PID namespace (kubelet's default; runc
+/// cannot restore into the pod's).
+pub fn pod_config(env: &Env, name: &str) -> PodSandboxConfig {
+    let mut config = env.pod_config(name, false);
+    pod_sc(&mut config).namespace_options.as_mut().unwrap().pid = NamespaceMode::Container as i32;
+    config
+}
+
+/// A container `name` that writes `note` into `/root/note` of its writable layer, then counts
+/// in the shell's memory, one number a line every 100 ms.
+pub fn counter_named(env: &Env, name: &str, note: &str) -> ContainerConfig {
+    env.container_config(
+        name,
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "echo {note} > /root/note; i=0; \
+                 while true; do i=$((i+1)); echo $i; sleep 0.1; done"
+            ),
+        ],
+    )
+}
+
+/// The numbers a counter logged.
+pub fn numbers(log: &Path) -> Vec<u64> {
+    texts(&read_log(log), "stdout")
+        .iter()
+        .filter_map(|t| t.trim().parse().ok())
+        .collect()
+}
+
+/// The entries of `dir`, sorted.
+pub fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Waits until the counter logging to `log` has logged `n` numbers.
+pub async fn counted(env: &Env, log: &Path, n: usize) {
+    env.wait_log(log, Duration::from_secs(10), |_| numbers(log).len() >= n)
+        .await;
+}
+
+/// Asserts that the counter logging to `log` resumed where a checkpoint taken at
+/// `at_checkpoint` left it (not from 1) and counts one after another.
+pub async fn counts_on_from(env: &Env, log: &Path, at_checkpoint: u64) {
+    counted(env, log, 3).await;
+    let counted = numbers(log);
+    assert!(
+        counted[0] > 1 && counted[0] <= at_checkpoint + 1,
+        "restored counter starts at {} (checkpointed at {at_checkpoint})",
+        counted[0]
+    );
+    assert!(
+        counted.windows(2).all(|w| w[1] == w[0] + 1),
+        "not one count after another: {counted:?}"
+    );
+}
+
+/// Stops and removes container `id`, then stops and removes its pod.
+pub async fn remove_all(env: &Env, pod: &str, id: &str) {
+    env.stop(id, 0).await;
+    env.remove(id).await;
+    env.stop_pod(pod).await;
+    env.remove_pod(pod).await;
+}

@@ -20,7 +20,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::checkpoints::{
-    counted, counter_named, counts_on_from, criu_config, files_in, numbers, pod_config, remove_all,
+    big_shell, counted, counter_named, counts_on_from, criu_config, files_in, numbers, pod_config,
+    remove_all,
 };
 use common::{assert_status, Env};
 use crius_api::v1::{
@@ -188,21 +189,8 @@ async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
     assert!(numbers(&log_b).is_empty(), "counted before its start");
 
     env.start(&restored).await;
-    env.wait_log(&log_b, Duration::from_secs(10), |_| {
-        numbers(&log_b).len() >= 5
-    })
-    .await;
-    let counted = numbers(&log_b);
     // It goes on from where the checkpoint found it, not from 1.
-    assert!(
-        counted[0] > 1 && counted[0] <= at_checkpoint + 1,
-        "restored counter starts at {} (checkpointed at {at_checkpoint})",
-        counted[0]
-    );
-    assert!(
-        counted.windows(2).all(|w| w[1] == w[0] + 1),
-        "not one count after another: {counted:?}"
-    );
+    counts_on_from(&env, &log_b, at_checkpoint).await;
     let out = env
         .exec(&restored, &["cat", "/root/note"], 10)
         .await
@@ -307,20 +295,7 @@ async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
     let mut env = Env::with_image_and_config(77, &criu_config()).await;
     let config = pod_config(&env, "ck-big");
     let pod = env.run_pod_with_handler(config.clone(), "runc").await;
-    // A shell holding a 256 MiB string (about 260 MB resident), then counting; and 60 MB of
-    // random bytes in the container's /dev tmpfs, which CRIU dumps gzip-compressed, slowly:
-    // without them the dump of the big shell alone can finish within the 1 s timeout, the
-    // shortest the CRI can ask for.
-    let c = env.container_config(
-        "big",
-        &[
-            "sh",
-            "-c",
-            "head -c 60000000 /dev/urandom > /dev/ballast; \
-             x=0123456789abcdef; while [ ${#x} -lt 268435456 ]; do x=$x$x; done; echo ready; \
-             i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done",
-        ],
-    );
+    let c = big_shell(&env);
     let id = env.create_start(&pod, &config, c).await;
     let log = env.log_dir("ck-big").join("big.log");
     env.wait_log(&log, Duration::from_secs(60), |l| l.len() >= 3)

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::checkpoints::{counter_named, criu_config, files_in, numbers, pod_config};
+use common::checkpoints::{big_shell, counter_named, criu_config, files_in, numbers, pod_config};
 use common::{assert_status, Env};
 use crius_api::v1::{
     CheckpointPodRequest, ContainerConfig, ContainerState, NamespaceMode, PodSandboxConfig,
@@ -739,18 +739,7 @@ async fn a_too_short_deadline_leaves_the_pod_running_thawed_and_output_path_empt
     let mut env = Env::with_image_and_config(106, &criu_config()).await;
     let config = pod_config(&env, "ckp-late");
     let pod = env.run_pod_with_handler(config.clone(), "runc").await;
-    // A shell holding a 256 MiB string, with 60 MB of random bytes in its /dev tmpfs (CRIU
-    // dumps them compressed, slowly): its dump takes longer than the deadline.
-    let big = env.container_config(
-        "big",
-        &[
-            "sh",
-            "-c",
-            "head -c 60000000 /dev/urandom > /dev/ballast; \
-             x=0123456789abcdef; while [ ${#x} -lt 268435456 ]; do x=$x$x; done; echo ready; \
-             i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done",
-        ],
-    );
+    let big = big_shell(&env);
     let big_config = big.clone();
     let big = env.create_start(&pod, &config, big).await;
     let small = env

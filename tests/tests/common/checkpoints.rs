@@ -90,3 +90,20 @@ pub async fn remove_all(env: &Env, pod: &str, id: &str) {
     env.stop_pod(pod).await;
     env.remove_pod(pod).await;
 }
+
+/// A container `big`: a shell holding a 256 MiB string (about 260 MB resident), then counting,
+/// with 60 MB of random bytes in its /dev tmpfs, which CRIU dumps gzip-compressed, slowly:
+/// without them the dump of the big shell alone can finish within a 1 s timeout, the shortest
+/// the CRI can ask for. It logs `ready` once the string is whole.
+pub fn big_shell(env: &Env) -> ContainerConfig {
+    env.container_config(
+        "big",
+        &[
+            "sh",
+            "-c",
+            "head -c 60000000 /dev/urandom > /dev/ballast; \
+             x=0123456789abcdef; while [ ${#x} -lt 268435456 ]; do x=$x$x; done; echo ready; \
+             i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done",
+        ],
+    )
+}

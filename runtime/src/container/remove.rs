@@ -74,8 +74,7 @@ impl Daemon {
             }
         }
         phases.mark("image_release");
-        self.store.release_name(&c.name, id)?;
-        self.containers.remove(&self.store, id)?;
+        self.containers.remove_named(&self.store, id, &c.name)?;
         phases.mark("records");
         let updates = self
             .nri

@@ -82,8 +82,7 @@ impl Daemon {
             }
             cgroups::remove_parent_if_empty();
         }
-        self.store.release_name(&record.name, id)?;
-        self.sandboxes.remove(&self.store, id)?;
+        self.sandboxes.remove_named(&self.store, id, &record.name)?;
         self.nri
             .remove_pod_sandbox(id, || crate::nri::convert::pod(&record))
             .await;

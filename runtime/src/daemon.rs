@@ -198,6 +198,11 @@ impl Daemon {
         .context("probe the runtime handlers")?;
         let _ = self.handlers.set(handlers);
         self.network_from_kept_cidr();
+        // Before any removal can put something there: what a killed crius left is deleted.
+        for base in [&self.config.root, &self.config.state] {
+            crate::trash::empty_at_start(base)
+                .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
+        }
         self.recover_containers().await;
         self.recover_pods().await;
         self.start_nri();

@@ -640,3 +640,47 @@ async fn pause_killed() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+/// RemoveContainer and RemovePodSandbox rename the directories they remove into a trash and
+/// delete them after returning: the directories are gone when the calls return and the trash
+/// empties. What a crius killed before such a deletion finished left in the trash (here: a
+/// tree put there while crius is down, one with a read-only directory inside) is deleted
+/// after its next start.
+#[tokio::test]
+async fn removed_dirs_go_through_a_trash_a_restart_empties() {
+    let mut env = Env::with_image(110).await;
+    let pod_config = env.pod_config("trash", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let config = env.container_config("writer", &["sh", "-c", "echo x > /f; sleep 1000"]);
+    let id = env.create_start(&pod, &pod_config, config).await;
+    let bundle = env.crius.state().join("containers").join(&id);
+    let layer = env.crius.root().join("containers").join(&id);
+    let pod_dir = env.crius.state().join("pods").join(&pod);
+    for dir in [&bundle, &layer, &pod_dir] {
+        assert!(dir.exists(), "{}", dir.display());
+    }
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+    assert!(!bundle.exists() && !layer.exists(), "container dirs left");
+    assert!(common::mounts_containing(&id).is_empty());
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    assert!(!pod_dir.exists(), "pod dir left");
+    env.wait_trash_empty().await;
+
+    env.crius.kill9().unwrap();
+    for base in [env.crius.root(), env.crius.state()] {
+        let left = base.join("trash").join("0123abcd");
+        std::fs::create_dir_all(left.join("upper/etc")).unwrap();
+        std::fs::write(left.join("upper/etc/f"), b"x").unwrap();
+        std::fs::create_dir_all(left.join("ro/d")).unwrap();
+        std::fs::set_permissions(
+            left.join("ro"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o500),
+        )
+        .unwrap();
+    }
+    env.crius.restart().await.unwrap();
+    env.wait_trash_empty().await;
+    env.assert_no_leaks().await;
+}

@@ -7,8 +7,9 @@ use crius_api::v1::ContainerEventType;
 use super::{PodPaths, SandboxState};
 use crate::cgroups;
 use crate::daemon::Daemon;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::mounts;
+use crate::trash;
 use crate::util::LockGuard;
 
 impl Daemon {
@@ -58,16 +59,7 @@ impl Daemon {
             crius_cni::netns::remove(&paths.userns)?;
         }
         mounts::unmount(&paths.shm)?;
-        match std::fs::remove_dir_all(&paths.dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(Error::internal(
-                    format!("remove {}", paths.dir.display()),
-                    e,
-                ))
-            }
-        }
+        trash::discard(&trash::dir(&self.config.state), &paths.dir)?;
         // The pause container's cgroup, which a dead shim could not delete.
         let pause_cgroup = cgroups::container_cgroup(&record.cgroup, id);
         if let Err(e) = cgroups::reap::remove_cgroup(&pause_cgroup, cgroups::REMOVE_PATIENCE).await

@@ -58,8 +58,10 @@
 //! RunPodSandbox (files, netns, then CNI ADD and the pause's start side by side, record),
 //! StopPodSandbox (containers, pause kill, cgroup reap, CNI DEL, shm and record),
 //! CreateContainer (rootfs, image config, volumes, spec, bundle, shim create) and
-//! RemoveContainer (stop, shim delete, cgroup, rootfs and dirs, image lease, records), and the
-//! bench prints each phase's p50 and p95: where the time of a call goes inside crius.
+//! RemoveContainer (stop, shim delete, cgroup, rootfs and dirs, image lease, records) and
+//! RemovePodSandbox (stop, containers, pause delete, shim shutdown, netns and dirs, cgroups,
+//! record), and the bench prints each phase's p50 and p95: where the time of a call goes inside
+//! crius.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -314,6 +316,7 @@ async fn run(args: &Args) -> Result<()> {
         ("stop", "StopPodSandbox"),
         ("create", "CreateContainer"),
         ("remove", "RemoveContainer"),
+        ("remove pod", "RemovePodSandbox"),
     ] {
         let lines = phase_breakdown(&log, what);
         if !lines.is_empty() {
@@ -1265,7 +1268,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "log_level = \"info,crius::pod::run=debug,crius::pod::stop=debug,crius::container::create=debug,crius::container::remove=debug\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
+                "log_level = \"info,crius::pod::run=debug,crius::pod::stop=debug,crius::container::create=debug,crius::container::remove=debug,crius::pod::remove=debug\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
                  [cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{CNI_BIN}\"]\n\n\
                  [runtime]\nshim_path = \"{}\"\n{}",
                 hosts.display(),

@@ -33,6 +33,7 @@ impl Daemon {
         let Some(record) = self.sandboxes.get(id) else {
             return Ok(());
         };
+        let mut phases = crate::util::Phases::start();
         if let Err(e) = self.stop_pod_locked(held).await {
             if !force {
                 return Err(e);
@@ -42,14 +43,18 @@ impl Daemon {
             // in the background rather than forgotten until the next start.
             self.release_network_later();
         }
+        phases.mark("stop");
         for c in self.containers_of(id) {
             let lock = self.locks.lock(&c.id).await;
             self.remove_container_locked(&lock).await?;
         }
+        phases.mark("containers");
         if let Ok(shim) = self.shims.get(id).await {
             let _ = shim.delete(id, true).await;
         }
+        phases.mark("pause_delete");
         self.shims.shutdown(id).await?;
+        phases.mark("shim_shutdown");
         // Still pinned only when releasing the network failed on a forced teardown: the CNI
         // cache keeps what DEL needs (a retry works without the netns), the pin must go with
         // the pod.
@@ -60,6 +65,7 @@ impl Daemon {
         }
         mounts::unmount(&paths.shm)?;
         trash::discard(&trash::dir(&self.config.state), &paths.dir)?;
+        phases.mark("netns_dirs");
         // The pause container's cgroup, which a dead shim could not delete.
         let pause_cgroup = cgroups::container_cgroup(&record.cgroup, id);
         if let Err(e) = cgroups::reap::remove_cgroup(&pause_cgroup, cgroups::REMOVE_PATIENCE).await
@@ -74,7 +80,9 @@ impl Daemon {
             }
             cgroups::remove_parent_if_empty();
         }
+        phases.mark("cgroups");
         self.sandboxes.remove_named(&self.store, id, &record.name)?;
+        phases.mark("record");
         self.nri
             .remove_pod_sandbox(id, || crate::nri::convert::pod(&record))
             .await;
@@ -82,6 +90,7 @@ impl Daemon {
             self.events
                 .emit(ContainerEventType::ContainerDeletedEvent, id, id);
         }
+        tracing::debug!(pod = id, phases = %phases, "remove pod phases");
         Ok(())
     }
 }

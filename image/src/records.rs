@@ -105,6 +105,18 @@ impl JsonDir {
         fsync_dir(&self.dir)
     }
 
+    /// Removes `key` without syncing the directory: the removal survives a killed process, but
+    /// a power loss may bring the file back. For entries whose return is harmless and undone
+    /// later (a lease of a container that is gone, see [`crate::ImageStore::lease_holders`]).
+    pub(crate) fn delete_unsynced(&self, key: &str) -> Result<()> {
+        let path = self.path(key);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove", path)(e)),
+        }
+    }
+
     pub(crate) fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key);
         match std::fs::remove_file(&path) {

@@ -209,6 +209,12 @@ impl Daemon {
         );
         let _ = self.handlers.set(handlers);
         self.network_from_kept_cidr();
+        // Before any removal can put something there: what a killed crius left is deleted.
+        for base in [&self.config.root, &self.config.state] {
+            crate::trash::empty_at_start(base)
+                .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
+        }
+        self.release_orphan_leases().await;
         self.recover_containers().await;
         self.recover_pods().await;
         self.start_nri();
@@ -228,6 +234,32 @@ impl Daemon {
             }
         });
         Ok(())
+    }
+
+    /// Releases the image leases of containers crius does not have: a lease's removal is not
+    /// synced (`ImageStore::release`), so after a power loss one may be back, holding
+    /// snapshots of a removed container.
+    async fn release_orphan_leases(&self) {
+        let holders = match self.images.lease_holders() {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!("list image leases: {e}");
+                return;
+            }
+        };
+        for holder in holders {
+            // `<id>` or an image volume's `<id>.vol<i>`
+            let id = holder
+                .split_once(".vol")
+                .map_or(holder.as_str(), |(id, _)| id);
+            if self.containers.get(id).is_some() {
+                continue;
+            }
+            tracing::info!(holder = %holder, "releasing the image lease of a container that is gone");
+            if let Err(e) = self.images.release(&holder).await {
+                tracing::warn!(holder = %holder, "release image lease: {e}");
+            }
+        }
     }
 
     /// Applies what a re-read configuration changes that can change while crius runs: the

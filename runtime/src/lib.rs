@@ -28,5 +28,6 @@ pub mod spec;
 pub mod store;
 pub mod stream;
 pub mod telemetry;
+pub mod trash;
 pub mod userns;
 pub mod util;

@@ -100,6 +100,14 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         Ok(())
     }
 
+    /// Removes the record of `id` and releases its CRI `name` in one database transaction.
+    pub fn remove_named(&self, store: &Store, id: &str, name: &str) -> Result<()> {
+        let mut map = self.write();
+        store.delete_named(self.table, id, name)?;
+        map.remove(id);
+        Ok(())
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, T>> {
         self.map.read().unwrap_or_else(|p| p.into_inner())
     }

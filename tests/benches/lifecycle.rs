@@ -58,8 +58,10 @@
 //! RunPodSandbox (files, netns, then CNI ADD and the pause's start side by side, record),
 //! StopPodSandbox (containers, pause kill, cgroup reap, CNI DEL, shm and record),
 //! CreateContainer (rootfs, image config, volumes, spec, bundle, shim create) and
-//! RemoveContainer (stop, shim delete, cgroup, rootfs and dirs, image lease, records), and the
-//! bench prints each phase's p50 and p95: where the time of a call goes inside crius.
+//! RemoveContainer (stop, shim delete, cgroup, rootfs and dirs, image lease, records) and
+//! RemovePodSandbox (stop, containers, pause delete, shim shutdown, netns and dirs, cgroups,
+//! record), and the bench prints each phase's p50 and p95: where the time of a call goes inside
+//! crius. The daemon's RSS is split into anonymous and file-backed (its text) memory.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -314,6 +316,7 @@ async fn run(args: &Args) -> Result<()> {
         ("stop", "StopPodSandbox"),
         ("create", "CreateContainer"),
         ("remove", "RemoveContainer"),
+        ("remove pod", "RemovePodSandbox"),
     ] {
         let lines = phase_breakdown(&log, what);
         if !lines.is_empty() {
@@ -854,20 +857,25 @@ impl Report {
         println!();
         if let Some(m) = &self.shim {
             println!(
-                "shim (pid {}) with 1 container: RSS {} KiB, PSS {} KiB",
-                self.shim_pid, m.rss_kib, m.pss_kib
+                "shim (pid {}) with 1 container: RSS {} KiB, PSS {} KiB (anon {} KiB)",
+                self.shim_pid, m.rss_kib, m.pss_kib, m.anon_kib
             );
         }
         if let Some(m) = &self.daemon_idle {
             println!(
-                "daemon RSS before the {} pods: {} KiB",
-                args.pods, m.rss_kib
+                "daemon RSS before the {} pods: {} KiB (anon {} KiB, {} threads)",
+                args.pods, m.rss_kib, m.anon_kib, m.threads
             );
         }
         if let Some(m) = &self.daemon_loaded {
             println!(
-                "daemon RSS with {} pods running: {} KiB (PSS {} KiB)",
-                self.pods_started, m.rss_kib, m.pss_kib
+                "daemon RSS with {} pods running: {} KiB (PSS {} KiB; anon {} KiB, file {} KiB; {} threads)",
+                self.pods_started,
+                m.rss_kib,
+                m.pss_kib,
+                m.anon_kib,
+                m.rss_kib - m.anon_kib,
+                m.threads
             );
         }
         println!(
@@ -1171,6 +1179,9 @@ impl Bench {
 struct Memory {
     rss_kib: u64,
     pss_kib: u64,
+    /// Of the RSS: anonymous memory (heap, thread stacks); the rest is file-backed (text).
+    anon_kib: u64,
+    threads: u64,
 }
 
 impl Memory {
@@ -1184,9 +1195,13 @@ impl Memory {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0)
         };
+        let threads =
+            std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count() as u64);
         Ok(Memory {
             rss_kib: field("Rss:"),
             pss_kib: field("Pss:"),
+            anon_kib: field("Anonymous:"),
+            threads,
         })
     }
 }
@@ -1265,7 +1280,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "log_level = \"info,crius::pod::run=debug,crius::pod::stop=debug,crius::container::create=debug,crius::container::remove=debug\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
+                "log_level = \"info,crius::pod::run=debug,crius::pod::stop=debug,crius::container::create=debug,crius::container::remove=debug,crius::pod::remove=debug\"\n\n[registry]\nconfig_path = \"{}\"\n\n\
                  [cni]\nconf_dir = \"{}\"\nbin_dirs = [\"{CNI_BIN}\"]\n\n\
                  [runtime]\nshim_path = \"{}\"\n{}",
                 hosts.display(),

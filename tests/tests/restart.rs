@@ -640,3 +640,79 @@ async fn pause_killed() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+/// RemoveContainer and RemovePodSandbox rename the directories they remove into a trash and
+/// delete them after returning: the directories are gone when the calls return and the trash
+/// empties. What a crius killed before such a deletion finished left in the trash (here: a
+/// tree put there while crius is down, one with a read-only directory inside) is deleted
+/// after its next start.
+#[tokio::test]
+async fn removed_dirs_go_through_a_trash_a_restart_empties() {
+    let mut env = Env::with_image(110).await;
+    let pod_config = env.pod_config("trash", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let config = env.container_config("writer", &["sh", "-c", "echo x > /f; sleep 1000"]);
+    let id = env.create_start(&pod, &pod_config, config).await;
+    let bundle = env.crius.state().join("containers").join(&id);
+    let layer = env.crius.root().join("containers").join(&id);
+    let pod_dir = env.crius.state().join("pods").join(&pod);
+    for dir in [&bundle, &layer, &pod_dir] {
+        assert!(dir.exists(), "{}", dir.display());
+    }
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+    assert!(!bundle.exists() && !layer.exists(), "container dirs left");
+    assert!(common::mounts_containing(&id).is_empty());
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    assert!(!pod_dir.exists(), "pod dir left");
+    env.wait_trash_empty().await;
+
+    env.crius.kill9().unwrap();
+    for base in [env.crius.root(), env.crius.state()] {
+        let left = base.join("trash").join("0123abcd");
+        std::fs::create_dir_all(left.join("upper/etc")).unwrap();
+        std::fs::write(left.join("upper/etc/f"), b"x").unwrap();
+        std::fs::create_dir_all(left.join("ro/d")).unwrap();
+        std::fs::set_permissions(
+            left.join("ro"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o500),
+        )
+        .unwrap();
+    }
+    env.crius.restart().await.unwrap();
+    env.wait_trash_empty().await;
+    env.assert_no_leaks().await;
+}
+
+/// RemoveContainer does not sync its image lease's removal, so a power loss may bring the lease
+/// back; crius releases, at its start, every lease of a container it does not have. Here such a
+/// lease (a copy of a live container's, under another holder) is put there while crius is down:
+/// after the restart it is gone, the live container's own lease is kept.
+#[tokio::test]
+async fn a_lease_of_a_container_that_is_gone_is_released_at_start() {
+    let mut env = Env::with_image(111).await;
+    let pod_config = env.pod_config("leases", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let config = env.container_config("live", &["sleep", "1000"]);
+    let id = env.create_start(&pod, &pod_config, config).await;
+    let leases = env.crius.root().join("leases");
+    let own = leases.join(format!("{id}.json"));
+    assert!(own.exists(), "{}", own.display());
+    env.crius.kill9().unwrap();
+    let orphan = leases.join(format!("{}.json", "0".repeat(64)));
+    std::fs::copy(&own, &orphan).unwrap();
+    env.crius.restart().await.unwrap();
+    assert!(!orphan.exists(), "the orphan lease is still there");
+    assert!(own.exists(), "the live container's lease was released");
+    assert_eq!(
+        env.status(&id).await.state,
+        ContainerState::ContainerRunning as i32
+    );
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+    assert!(!own.exists());
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -7,8 +7,9 @@ use crius_api::v1::ContainerEventType;
 use super::{volumes, ContainerPaths, ContainerState};
 use crate::cgroups;
 use crate::daemon::Daemon;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::mounts;
+use crate::trash;
 use crate::util::LockGuard;
 
 impl Daemon {
@@ -59,13 +60,9 @@ impl Daemon {
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, id);
         volumes::unstage(&volumes::staging_dir(&paths.bundle))?;
         mounts::unmount(&paths.rootfs)?;
-        for dir in [&paths.bundle, &paths.layer] {
-            match std::fs::remove_dir_all(dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::internal(format!("remove {}", dir.display()), e)),
-            }
-        }
+        // Renamed into the trash and deleted after this call returns (a restart empties it).
+        trash::discard(&trash::dir(&self.config.state), &paths.bundle)?;
+        trash::discard(&trash::dir(&self.config.root), &paths.layer)?;
         phases.mark("rootfs_dirs");
         self.images.release(id).await?;
         for (i, m) in c.config().mounts.iter().enumerate() {
@@ -74,8 +71,7 @@ impl Daemon {
             }
         }
         phases.mark("image_release");
-        self.store.release_name(&c.name, id)?;
-        self.containers.remove(&self.store, id)?;
+        self.containers.remove_named(&self.store, id, &c.name)?;
         phases.mark("records");
         let updates = self
             .nri

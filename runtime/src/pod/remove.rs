@@ -5,8 +5,9 @@ use std::sync::Arc;
 use super::{PodPaths, SandboxState};
 use crate::cgroups;
 use crate::daemon::Daemon;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::mounts;
+use crate::trash;
 use crate::util::LockGuard;
 
 impl Daemon {
@@ -30,6 +31,7 @@ impl Daemon {
         let Some(record) = self.sandboxes.get(id) else {
             return Ok(());
         };
+        let mut phases = crate::util::Phases::start();
         if let Err(e) = self.stop_pod_locked(held).await {
             if !force {
                 return Err(e);
@@ -39,14 +41,18 @@ impl Daemon {
             // in the background rather than forgotten until the next start.
             self.release_network_later();
         }
+        phases.mark("stop");
         for c in self.containers_of(id) {
             let lock = self.locks.lock(&c.id).await;
             self.remove_container_locked(&lock).await?;
         }
+        phases.mark("containers");
         if let Ok(shim) = self.shims.get(id).await {
             let _ = shim.delete(id, true).await;
         }
+        phases.mark("pause_delete");
         self.shims.shutdown(id).await?;
+        phases.mark("shim_shutdown");
         // Still pinned only when releasing the network failed on a forced teardown: the CNI
         // cache keeps what DEL needs (a retry works without the netns), the pin must go with
         // the pod.
@@ -56,16 +62,8 @@ impl Daemon {
             crius_cni::netns::remove(&paths.userns)?;
         }
         mounts::unmount(&paths.shm)?;
-        match std::fs::remove_dir_all(&paths.dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(Error::internal(
-                    format!("remove {}", paths.dir.display()),
-                    e,
-                ))
-            }
-        }
+        trash::discard(&trash::dir(&self.config.state), &paths.dir)?;
+        phases.mark("netns_dirs");
         // The pause container's cgroup, which a dead shim could not delete.
         let pause_cgroup = cgroups::container_cgroup(&record.cgroup, id);
         if let Err(e) = cgroups::reap::remove_cgroup(&pause_cgroup, cgroups::REMOVE_PATIENCE).await
@@ -80,10 +78,11 @@ impl Daemon {
             }
             cgroups::remove_parent_if_empty();
         }
+        phases.mark("cgroups");
         // The status it leaves with (stopped, no containers), for its DELETED event.
         let last = self.sandboxes.get(id).unwrap_or_else(|| record.clone());
-        self.store.release_name(&record.name, id)?;
-        self.sandboxes.remove(&self.store, id)?;
+        self.sandboxes.remove_named(&self.store, id, &record.name)?;
+        phases.mark("record");
         self.nri
             .remove_pod_sandbox(id, || crate::nri::convert::pod(&record))
             .await;
@@ -91,6 +90,7 @@ impl Daemon {
             self.events
                 .emit_pod_deleted(id, || crate::service::sandbox::pod_status(self, &last).0);
         }
+        tracing::debug!(pod = id, phases = %phases, "remove pod phases");
         Ok(())
     }
 }

@@ -10,8 +10,8 @@
 //! `containers.rs` 20–39, `restart.rs` 40–59, `security.rs` 60–79, others 80 and up
 //! (`grpc_clients.rs` 1–2, `userns_root.rs` 3–4, `image_volumes.rs` 5–6, `containers.rs` also
 //! 32–36, `userns.rs` 8, 88–89, `hostname.rs` 17 and 81, `stream_limits.rs` 93–94 and 98,
-//! `validation.rs` 95–96, `registry_credentials.rs` 53, `restart.rs` also 57, `pods.rs` also 18, `events.rs` 19, `metrics.rs` 7, `cgroup_parent.rs` 54–55,
-//! `working_dir.rs` 97, `checkpoint.rs` 75–79, `kubelet.rs` 52, `images_pinned.rs` 59, `registry_credentials.rs` also 99, `crash_windows.rs` 49 and 56, `slow_shim.rs` 9, `crius_status.rs` 58, `runtime_handlers.rs` 90–92, `prometheus.rs` 37–38, `stream_tls.rs` 39 and 50, `images_archive.rs` 100–101, `images_containerd.rs` 102, `images_pulls.rs` 103, `checkpoint_pod.rs` 104–107, `nri.rs` 70–74).
+//! `validation.rs` 95–96, `registry_credentials.rs` 53, `restart.rs` also 57 and 110–111, `pods.rs` also 18, `events.rs` 19, `metrics.rs` 7, `cgroup_parent.rs` 54–55,
+//! `working_dir.rs` 97, `checkpoint.rs` 75–79, 69 and 114–115, `kubelet.rs` 52, `images_pinned.rs` 59, `registry_credentials.rs` also 99, `crash_windows.rs` 49 and 56, `slow_shim.rs` 9, `crius_status.rs` 58, `runtime_handlers.rs` 90–92 and 68, `prometheus.rs` 37–38, `stream_tls.rs` 39 and 50, `images_archive.rs` 100–101, `images_containerd.rs` 102, `images_pulls.rs` 103, `checkpoint_pod.rs` 104–107, `nri.rs` 70–74).
 //!
 //! Drop removes every pod still listed (restarting crius first if a test killed it), kills
 //! whatever a broken teardown left in the pods' cgroups, and deletes the bridge, so a failing
@@ -587,6 +587,28 @@ impl Env {
         assert!(containers.is_empty(), "container dirs left: {containers:?}");
         let ips = self.allocated_ips();
         assert!(ips.is_empty(), "IPs still allocated: {ips:?}");
+        self.wait_trash_empty().await;
+    }
+
+    /// Waits (up to 20 s) until the background deletion of removed pods' and containers'
+    /// directories has emptied `<root>/trash` and `<state>/trash`.
+    pub async fn wait_trash_empty(&self) {
+        let trashes = [
+            self.crius.root().join("trash"),
+            self.crius.state().join("trash"),
+        ];
+        wait_for("the trash to be emptied", Duration::from_secs(20), || {
+            let left: Vec<PathBuf> = trashes
+                .iter()
+                .flat_map(|t| {
+                    std::fs::read_dir(t)
+                        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+                        .unwrap_or_default()
+                })
+                .collect();
+            async move { left.is_empty().then_some(()) }
+        })
+        .await;
     }
 
     /// Replaces the test's CNI config (crius reloads it when the directory changes).

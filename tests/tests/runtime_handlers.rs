@@ -512,3 +512,84 @@ async fn gvisor_containers_restart_in_their_sandbox() {
     }
     env.assert_no_leaks().await;
 }
+
+/// A crius killed during its handler trials leaves a created, never-started trial container
+/// (its init waiting in `/crius-trial-<handler>-<what>-<pid>`); the next crius to try that
+/// handler kills it and removes its cgroups. Made here by hand with crun, as a crius whose pid
+/// no longer exists would have left it.
+#[tokio::test]
+async fn an_orphaned_handler_trial_is_reaped_at_start() {
+    if hybrid_v2_controllers().is_some() || !Path::new("/usr/bin/crun").exists() {
+        println!("skipped an_orphaned_handler_trial_is_reaped_at_start: crun cannot run here");
+        return;
+    }
+    // A pid that is not running: past the kernel's maximum.
+    let id = "crius-trial-crun-rro-4194999";
+    let dir = crius_tests::TestDir::new("orphan-trial").unwrap();
+    let rootfs = dir.join("bundle/rootfs");
+    std::fs::create_dir_all(rootfs.join("dev")).unwrap();
+    std::fs::create_dir_all(rootfs.join("proc")).unwrap();
+    std::fs::copy("/usr/bin/busybox", rootfs.join("busybox")).unwrap();
+    let spec = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "process": {"user": {"uid": 0, "gid": 0}, "args": ["/busybox", "sleep", "1000"], "cwd": "/"},
+        "root": {"path": rootfs},
+        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+        "linux": {"cgroupsPath": format!("/{id}"), "namespaces": [{"type": "mount"}, {"type": "pid"}]},
+    });
+    std::fs::write(dir.join("bundle/config.json"), spec.to_string()).unwrap();
+    let state = dir.join("state");
+    /// Deletes the hand-made container whatever happens, so a failing test leaves nothing.
+    struct Delete(std::path::PathBuf, &'static str);
+    impl Drop for Delete {
+        fn drop(&mut self) {
+            let _ = Command::new("crun")
+                .arg("--root")
+                .arg(&self.0)
+                .args(["delete", "--force", self.1])
+                .status();
+            for ctrl in std::fs::read_dir("/sys/fs/cgroup")
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let _ = std::fs::remove_dir(ctrl.path().join(self.1));
+            }
+        }
+    }
+    let _delete = Delete(state.clone(), id);
+    let created = Command::new("crun")
+        .arg("--root")
+        .arg(&state)
+        .args(["create", "--bundle"])
+        .arg(dir.join("bundle"))
+        .arg(id)
+        // Its init keeps what it is given: nothing of the test's own stdio.
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(created.success());
+    let cgroup = Path::new("/sys/fs/cgroup/memory").join(id);
+    let init: i32 = std::fs::read_to_string(cgroup.join("cgroup.procs"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // crius starts, tries crun, and reaps what the "killed" one left.
+    let env = Env::new(116).await;
+    common::wait_for(
+        "the orphan's cgroup to go",
+        Duration::from_secs(5),
+        || async { (!cgroup.exists()).then_some(()) },
+    )
+    .await;
+    assert!(
+        !Path::new(&format!("/proc/{init}")).exists() || {
+            // a zombie until its parent reaps it
+            std::fs::read_to_string(format!("/proc/{init}/stat")).is_ok_and(|s| s.contains(") Z "))
+        }
+    );
+    drop(env);
+}

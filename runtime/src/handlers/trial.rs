@@ -53,6 +53,7 @@ pub(crate) fn run(
 ) -> Result<Found, String> {
     let dir = state.join("handler-trials").join(name);
     let _ = fs::remove_dir_all(&dir);
+    reap_orphans(name);
     let result = Trials::new(name, handler, &dir, pause).and_then(|t| t.run_all(try_userns));
     if let Err(e) = fs::remove_dir_all(&dir) {
         if e.kind() != std::io::ErrorKind::NotFound {
@@ -196,21 +197,75 @@ impl<'a> Trials<'a> {
     }
 }
 
+/// The mount points of the host's cgroup hierarchies.
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let Ok(mounts) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            matches!(right.split(' ').next(), Some("cgroup" | "cgroup2"))
+                .then(|| left.split(' ').nth(4).map(PathBuf::from))
+                .flatten()
+        })
+        .collect()
+}
+
 /// Removes the trial's cgroup `/<id>` from every cgroup hierarchy where it is left (an empty
 /// cgroup is removed with rmdir; a missing one is fine).
 fn remove_cgroups(id: &str) {
-    let Ok(mounts) = fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
-    for line in mounts.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
+    for point in cgroup_mounts() {
+        let _ = fs::remove_dir(point.join(id));
+    }
+}
+
+/// What a crius killed during its trials left: a trial container created and never deleted
+/// (its init waits in its cgroup `/crius-trial-<name>-<what>-<pid>` for a start that never
+/// comes) of handler `name`, whose crius (`<pid>`) is gone. Its processes are killed and its
+/// cgroups removed; the trials of a crius still running are left alone.
+fn reap_orphans(name: &str) {
+    let prefix = format!("crius-trial-{name}-");
+    let mut orphans = std::collections::BTreeSet::new();
+    for point in cgroup_mounts() {
+        let Ok(entries) = fs::read_dir(&point) else {
             continue;
         };
-        if !matches!(right.split(' ').next(), Some("cgroup" | "cgroup2")) {
-            continue;
+        for entry in entries.flatten() {
+            let cgroup = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = cgroup.strip_prefix(&prefix) else {
+                continue;
+            };
+            let owner = rest.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
+            if owner.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+                orphans.insert(cgroup);
+            }
         }
-        if let Some(point) = left.split(' ').nth(4) {
-            let _ = fs::remove_dir(Path::new(point).join(id));
+    }
+    for id in orphans {
+        for point in cgroup_mounts() {
+            let procs =
+                fs::read_to_string(point.join(&id).join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                // SAFETY: kill(2) on a pid read from the orphaned trial's own cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        // The killed init leaves its cgroup once it is reaped (its parent, init, does that).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            remove_cgroups(&id);
+            let left = cgroup_mounts().iter().any(|p| p.join(&id).exists());
+            if !left || Instant::now() > deadline {
+                if left {
+                    tracing::warn!(cgroup = %id, "an orphaned handler trial's cgroup is left");
+                } else {
+                    tracing::info!(cgroup = %id, "removed an orphaned handler trial");
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

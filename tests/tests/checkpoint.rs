@@ -20,8 +20,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::checkpoints::{
-    big_shell, counted, counter_named, counts_on_from, criu_config, files_in, numbers, pod_config,
-    remove_all,
+    big_shell, checkpoint_info, counted, counter_named, counts_on_from, criu_config, files_in,
+    numbers, pod_config, remove_all,
 };
 use common::{assert_status, Env};
 use crius_api::v1::{
@@ -76,14 +76,7 @@ fn entry(archive: &Path, name: &str) -> Vec<u8> {
 #[tokio::test]
 async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
     let mut env = Env::with_image_and_config(75, &criu_config()).await;
-    let info = env
-        .rt()
-        .status(StatusRequest { verbose: true })
-        .await
-        .unwrap()
-        .into_inner()
-        .info;
-    let ck: serde_json::Value = serde_json::from_str(&info["checkpoint"]).unwrap();
+    let ck = checkpoint_info(&env).await;
     assert_eq!(ck["handlers"]["runc"], "checkpoint, restore", "{ck}");
     assert_eq!(
         ck["handlers"]["crius"], "checkpoint, restore (through runc)",
@@ -516,14 +509,7 @@ async fn bad_checkpoint_requests_are_refused_by_field() {
 #[tokio::test]
 async fn without_criu_checkpoints_fail_naming_the_package() {
     let mut env = Env::with_image_and_config(79, "[runtime]\ncriu_path = \"no-such-criu\"\n").await;
-    let info = env
-        .rt()
-        .status(StatusRequest { verbose: true })
-        .await
-        .unwrap()
-        .into_inner()
-        .info;
-    let ck: serde_json::Value = serde_json::from_str(&info["checkpoint"]).unwrap();
+    let ck = checkpoint_info(&env).await;
     assert_eq!(ck["handlers"]["runc"], "none", "{ck}");
     assert!(
         ck["error"].as_str().unwrap().contains("criu package"),

@@ -14,11 +14,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::checkpoints::{big_shell, counter_named, criu_config, files_in, numbers, pod_config};
+use common::checkpoints::{
+    big_shell, checkpoint_info, counter_named, criu_config, files_in, numbers, pod_config,
+};
 use common::{assert_status, Env};
 use crius_api::v1::{
     CheckpointPodRequest, ContainerConfig, ContainerState, NamespaceMode, PodSandboxConfig,
-    PodSandboxFilter, RestorePodRequest, RestorePodResponse, StatusRequest,
+    PodSandboxFilter, RestorePodRequest, RestorePodResponse,
 };
 use tonic::Code;
 
@@ -299,14 +301,7 @@ async fn round_trip(env: &mut Env, handler: &str, tag: &str) -> (Duration, Durat
 #[tokio::test]
 async fn a_pod_of_two_counters_round_trips_through_checkpoint_pod_and_restore_pod() {
     let mut env = Env::with_image_and_config(104, &criu_config()).await;
-    let info = env
-        .rt()
-        .status(StatusRequest { verbose: true })
-        .await
-        .unwrap()
-        .into_inner()
-        .info;
-    let ck: serde_json::Value = serde_json::from_str(&info["checkpoint"]).unwrap();
+    let ck = checkpoint_info(&env).await;
     assert_eq!(ck["pods"], "CheckpointPod, RestorePod", "{ck}");
     round_trip(&mut env, "runc", "ckp-runc").await;
     env.assert_no_leaks().await;

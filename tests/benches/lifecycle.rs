@@ -1543,6 +1543,8 @@ fn tar_of(files: &[(String, Vec<u8>)]) -> Result<Vec<u8>> {
                 let mut h = tar::Header::new_ustar();
                 h.set_entry_type(tar::EntryType::Directory);
                 h.set_mode(0o755);
+                h.set_uid(0);
+                h.set_gid(0);
                 h.set_mtime(1_700_000_000);
                 h.set_size(0);
                 builder.append_data(&mut h, &parent, std::io::empty())?;
@@ -1551,6 +1553,9 @@ fn tar_of(files: &[(String, Vec<u8>)]) -> Result<Vec<u8>> {
         let mut h = tar::Header::new_ustar();
         h.set_entry_type(tar::EntryType::Regular);
         h.set_mode(if path == "pause" { 0o755 } else { 0o644 });
+        // Owner fields filled in: the layer unpacker refuses a header without them.
+        h.set_uid(0);
+        h.set_gid(0);
         h.set_mtime(1_700_000_000);
         h.set_size(data.len() as u64);
         builder.append_data(&mut h, path, &data[..])?;

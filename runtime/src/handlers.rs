@@ -308,19 +308,28 @@ fn answers(cmd: &mut Command) -> Option<bool> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .ok()?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    wait_bounded(&mut child, Duration::from_secs(2))
+        .ok()?
+        .map(|status| status.success())
+}
+
+/// Waits for `child` at most `limit`: `Ok(None)` when it had to be killed (and is reaped).
+/// What it wrote to a pipe stays there for the caller (a probe's output is small).
+pub(crate) fn wait_bounded(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let deadline = std::time::Instant::now() + limit;
     loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status.success()),
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
         }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -336,33 +345,16 @@ fn executable(path: &Path) -> std::result::Result<(), String> {
 /// (`rro` known, user namespaces known) from `<binary> features`; `None` when the runtime has
 /// no such command (or does not answer with a features document within two seconds).
 fn probe_features(binary: &Path) -> Option<(bool, bool)> {
-    let Ok(mut child) = Command::new(binary)
+    let mut child = Command::new(binary)
         .arg("features")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
-    else {
-        return None;
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
+        .ok()?;
+    wait_bounded(&mut child, Duration::from_secs(2)).ok()??;
     let mut out = String::new();
-    if let Some(mut stdout) = child.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
-    }
+    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
     features_from(&out)
 }
 

@@ -165,21 +165,9 @@ impl<'a> Trials<'a> {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("run {binary}: {e}"))?;
-        let deadline = Instant::now() + COMMAND_LIMIT;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                Ok(None) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("{binary} did not answer within {COMMAND_LIMIT:?}"));
-                }
-                Err(e) => return Err(format!("wait for {binary}: {e}")),
-            }
-        };
+        let status = super::wait_bounded(&mut child, COMMAND_LIMIT)
+            .map_err(|e| format!("wait for {binary}: {e}"))?
+            .ok_or_else(|| format!("{binary} did not answer within {COMMAND_LIMIT:?}"))?;
         if status.success() {
             return Ok(());
         }

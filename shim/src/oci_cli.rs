@@ -57,7 +57,17 @@ struct Run<'a> {
     criu: Option<&'a Path>,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// A run with no criu of its own: the runtime finds `criu` in `$PATH` if it needs one.
+    fn plain(rt: &'a OciCommand, root: &'a Path, id: &'a str) -> Run<'a> {
+        Run {
+            rt,
+            root,
+            id,
+            criu: None,
+        }
+    }
+
     /// The runtime's log for this run: beside the container's state directory, not in it
     /// (the runtime makes that one and refuses a create if it exists).
     fn log_path(&self, op: &str) -> PathBuf {
@@ -220,12 +230,7 @@ pub fn create(
     bundle: &Path,
     stdio: ProcessStdio,
 ) -> Result<(i32, Option<OwnedFd>), String> {
-    let run = Run {
-        rt,
-        root,
-        id,
-        criu: None,
-    };
+    let run = Run::plain(rt, root, id);
     run.launch(
         "create",
         &["create".as_ref(), "--bundle".as_ref(), bundle.as_os_str()],
@@ -241,25 +246,13 @@ pub fn start(
     id: &str,
     stdio: [Option<OwnedFd>; 3],
 ) -> Result<(), String> {
-    Run {
-        rt,
-        root,
-        id,
-        criu: None,
-    }
-    .run("start", &["start".as_ref(), id.as_ref()], stdio)
+    Run::plain(rt, root, id).run("start", &["start".as_ref(), id.as_ref()], stdio)
 }
 
 /// `kill --all`: `signal` to every process of the container.
 pub fn kill_all(rt: &OciCommand, root: &Path, id: &str, signal: i32) -> Result<(), String> {
     let signal = signal.to_string();
-    Run {
-        rt,
-        root,
-        id,
-        criu: None,
-    }
-    .run(
+    Run::plain(rt, root, id).run(
         "kill",
         &[
             "kill".as_ref(),
@@ -277,13 +270,7 @@ pub fn delete(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
     if !root.join(id).exists() {
         return Ok(());
     }
-    Run {
-        rt,
-        root,
-        id,
-        criu: None,
-    }
-    .run(
+    Run::plain(rt, root, id).run(
         "delete",
         &["delete".as_ref(), "--force".as_ref(), id.as_ref()],
         [None, None, None],
@@ -296,13 +283,7 @@ pub fn delete(rt: &OciCommand, root: &Path, id: &str) -> Result<(), String> {
 pub fn wait(rt: &OciCommand, root: &Path, id: &str) -> Result<i32, String> {
     let out_path = root.join(format!("{id}.wait.{}.out", std::process::id()));
     let out = fs::File::create(&out_path).map_err(|e| chain("wait output file", &e))?;
-    let run = Run {
-        rt,
-        root,
-        id,
-        criu: None,
-    }
-    .run(
+    let run = Run::plain(rt, root, id).run(
         "wait",
         &["wait".as_ref(), id.as_ref()],
         [None, Some(OwnedFd::from(out)), None],
@@ -333,12 +314,7 @@ pub fn exec(
     process: &Path,
     stdio: ProcessStdio,
 ) -> Result<(i32, Option<OwnedFd>), String> {
-    let run = Run {
-        rt,
-        root,
-        id,
-        criu: None,
-    };
+    let run = Run::plain(rt, root, id);
     let pid_file = root.join(format!("{id}.exec.{}.pid", std::process::id()));
     let console = stdio
         .console_dir
@@ -377,13 +353,7 @@ pub fn checkpoint(
     image_path: &Path,
     work_path: &Path,
 ) -> Result<(), String> {
-    Run {
-        rt,
-        root,
-        id,
-        criu: None,
-    }
-    .run(
+    Run::plain(rt, root, id).run(
         "checkpoint",
         &[
             "checkpoint".as_ref(),

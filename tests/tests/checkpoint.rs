@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::checkpoints::{
     big_shell, checkpoint_info, counted, counter_named, counts_on_from, criu_config, files_in,
-    numbers, pod_config, remove_all,
+    gvisor_sleeper, numbers, pod_config, remove_all,
 };
 use common::{assert_status, Env};
 use crius_api::v1::{
@@ -467,16 +467,7 @@ async fn bad_checkpoint_requests_are_refused_by_field() {
     env.remove(&id).await;
 
     // gVisor's checkpoints are not CRIU's: Unimplemented, saying so, for both directions.
-    if Path::new("/usr/bin/runsc").exists() {
-        let g_config = env.pod_config("ck-gvisor", false);
-        let g_pod = env.run_pod_with_handler(g_config.clone(), "runsc").await;
-        let g = env
-            .create_start(
-                &g_pod,
-                &g_config,
-                env.container_config("sleeper", &["sleep", "1000"]),
-            )
-            .await;
+    if let Some((g_pod, g_config, g)) = gvisor_sleeper(&mut env, "ck-gvisor").await {
         let err = checkpoint(&env, &g, &ok, 0).await.unwrap_err();
         assert_status::<()>(Err(err), Code::Unimplemented, &["runsc", "gVisor"]);
         let mut c = counter(&env);
@@ -494,10 +485,7 @@ async fn bad_checkpoint_requests_are_refused_by_field() {
             .await
             .unwrap_err();
         assert_status::<()>(Err(err), Code::Unimplemented, &["cannot restore"]);
-        env.stop(&g, 0).await;
-        env.remove(&g).await;
-        env.stop_pod(&g_pod).await;
-        env.remove_pod(&g_pod).await;
+        remove_all(&env, &g_pod, &g).await;
     }
 
     env.remove(&created).await;

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::checkpoints::{
-    big_shell, checkpoint_info, counter_named, criu_config, files_in, numbers, pod_config,
+    big_shell, checkpoint_info, counter_named, criu_config, files_in, gvisor_sleeper, numbers,
+    pod_config, remove_all,
 };
 use common::{assert_status, Env};
 use crius_api::v1::{
@@ -665,16 +666,7 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
     assert_eq!(listing(&out), before);
 
     // gVisor: Unimplemented both ways.
-    if Path::new("/usr/bin/runsc").exists() {
-        let g_config = env.pod_config("ckp-gvisor", false);
-        let g_pod = env.run_pod_with_handler(g_config.clone(), "runsc").await;
-        let g = env
-            .create_start(
-                &g_pod,
-                &g_config,
-                env.container_config("sleeper", &["sleep", "1000"]),
-            )
-            .await;
+    if let Some((g_pod, _, g)) = gvisor_sleeper(&mut env, "ckp-gvisor").await {
         let empty = env.crius.dir().join("gvisor-checkpoint");
         std::fs::create_dir_all(&empty).unwrap();
         let err = checkpoint_pod(&env, &g_pod, &empty, &[&g], t).await;
@@ -689,10 +681,7 @@ async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
         .await;
         assert_status(err, Code::Unimplemented, &["runsc", "cannot restore"]);
         assert_eq!(pod_count(&env).await, pods);
-        env.stop(&g, 0).await;
-        env.remove(&g).await;
-        env.stop_pod(&g_pod).await;
-        env.remove_pod(&g_pod).await;
+        remove_all(&env, &g_pod, &g).await;
     }
 
     // A crius killed in the middle of a pod checkpoint leaves its containers frozen: the next

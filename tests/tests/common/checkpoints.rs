@@ -119,3 +119,19 @@ pub async fn checkpoint_info(env: &Env) -> serde_json::Value {
         .info;
     serde_json::from_str(&info["checkpoint"]).unwrap()
 }
+
+/// A pod `name` under gVisor (runsc) with one sleeping container: (pod, its config, the
+/// container), or `None` where runsc is not installed.
+pub async fn gvisor_sleeper(
+    env: &mut Env,
+    name: &str,
+) -> Option<(String, PodSandboxConfig, String)> {
+    if !Path::new("/usr/bin/runsc").exists() {
+        return None;
+    }
+    let config = env.pod_config(name, false);
+    let pod = env.run_pod_with_handler(config.clone(), "runsc").await;
+    let sleeper = env.container_config("sleeper", &["sleep", "1000"]);
+    let id = env.create_start(&pod, &config, sleeper).await;
+    Some((pod, config, id))
+}

@@ -28,6 +28,8 @@ pub struct Daemon {
     pub(crate) network: Network,
     pub(crate) sandboxes: Records<SandboxRecord>,
     pub(crate) containers: Records<ContainerRecord>,
+    /// Exited containers whose runtime state and mounts are already given back.
+    pub(crate) released: crate::container::Released,
     pub(crate) shims: Shims,
     /// One lock per pod and per container id.
     pub(crate) locks: Locks,
@@ -166,6 +168,7 @@ impl Daemon {
             userns: std::sync::OnceLock::new(),
             network_release_pending: std::sync::atomic::AtomicBool::new(false),
             cpu_rates: Default::default(),
+            released: Default::default(),
             handlers: std::sync::OnceLock::new(),
             events: crate::events::Events::default(),
             metrics_endpoint: Default::default(),

@@ -1105,3 +1105,95 @@ async fn exec_ends_with_its_container() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+/// Container `id`'s cgroup directories that still exist, in every hierarchy.
+fn container_cgroups(pod: &str, id: &str) -> Vec<std::path::PathBuf> {
+    common::pod_cgroups(pod)
+        .into_iter()
+        .map(|p| p.join(id))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// An exited container gives back its rootfs mount and its cgroup at its exit, not at its
+/// removal (kubelet removes exited containers much later): at once for a `StopContainer`,
+/// shortly after for a container that exits by itself. What kubelet still reads stays: the
+/// status with the exit code, the log, the writable layer's usage; the removal then finishes.
+#[tokio::test]
+async fn exited_containers_give_back_mounts_and_cgroups() {
+    let mut env = Env::with_image(125).await;
+    let pod_config = env.pod_config("release", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let done = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("done", &["sh", "-c", "echo bye > /left; echo bye; exit 4"]),
+        )
+        .await;
+    let sleeper = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("sleeper", &["sleep", "1000"]),
+        )
+        .await;
+    assert!(!common::mounts_containing(&sleeper).is_empty());
+    assert!(!container_cgroups(&pod, &sleeper).is_empty());
+
+    let s = env.wait_exited(&done, EXIT_LIMIT).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (4, "Error"), "{s:?}");
+    wait_for(
+        "the exited container's mounts and cgroup to go",
+        EXIT_LIMIT,
+        || async {
+            (common::mounts_containing(&done).is_empty()
+                && container_cgroups(&pod, &done).is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+
+    env.stop(&sleeper, 0).await;
+    assert!(
+        common::mounts_containing(&sleeper).is_empty(),
+        "rootfs still mounted after StopContainer answered"
+    );
+    assert!(
+        container_cgroups(&pod, &sleeper).is_empty(),
+        "cgroup left after StopContainer answered: {:?}",
+        container_cgroups(&pod, &sleeper)
+    );
+
+    // What stays until the removal.
+    let s = env.status(&done).await;
+    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+    assert_eq!(s.exit_code, 4, "{s:?}");
+    let log = common::read_log(&env.log_dir("release").join("done.log"));
+    assert_eq!(texts(&log, "stdout"), ["bye"]);
+    let stats = env
+        .rt()
+        .container_stats(ContainerStatsRequest {
+            container_id: done.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    let layer = stats
+        .writable_layer
+        .expect("writable layer usage of an exited container");
+    assert!(layer.used_bytes.unwrap().value > 0, "{layer:?}");
+    let s = env.status(&sleeper).await;
+    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+
+    env.remove(&done).await;
+    env.remove(&sleeper).await;
+    assert!(env
+        .list_containers(ContainerFilter::default())
+        .await
+        .is_empty());
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -11,6 +11,7 @@ mod create;
 mod exec;
 mod image_volumes;
 mod recover;
+mod release;
 mod remove;
 mod restore;
 mod start;
@@ -26,6 +27,7 @@ use crate::error::{Error, Result};
 pub use crate::layout::ContainerPaths;
 pub use crate::records::{ContainerRecord, ContainerState};
 use crate::util::excerpt;
+pub use release::Released;
 pub(crate) use restore::check_restorable;
 
 impl Daemon {

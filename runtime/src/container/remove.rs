@@ -33,37 +33,16 @@ impl Daemon {
         let mut phases = crate::util::Phases::start();
         self.stop_container_locked(held, 0).await?;
         phases.mark("stop");
-        if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
-            match shim.delete(id, true).await {
-                Ok(()) => {}
-                Err(e)
-                    if e.shim_error()
-                        .is_some_and(|s| s.kind == crius_api::shim::ErrorKind::NotFound) => {}
-                // A dead shim has nothing to delete; what it left is removed below.
-                Err(e) if self.shims.running_pid(&c.sandbox_id).is_none() => {
-                    tracing::warn!(container = id, "shim gone, removing without it: {e}");
-                }
-                Err(e) => return Err(e.into()),
-            }
+        // Released at its exit: the shim has forgotten it, its cgroup and mounts are gone.
+        if !self.released.take(id) {
+            self.remove_runtime_parts(&c.sandbox_id, id).await?;
+            phases.mark("runtime_parts");
         }
-        // libcontainer's delete removes the container cgroup, but not when the shim is dead;
-        // under a kubelet pod cgroup nobody else would.
-        phases.mark("shim_delete");
-        if let Some(pod) = self.sandboxes.get(&c.sandbox_id) {
-            let cgroup = cgroups::container_cgroup(&pod.cgroup, id);
-            let patience = cgroups::REMOVE_PATIENCE;
-            if let Err(e) = cgroups::reap::remove_cgroup(&cgroup, patience).await {
-                tracing::warn!(container = id, "remove container cgroup: {e}");
-            }
-        }
-        phases.mark("cgroup");
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, id);
-        volumes::unstage(&volumes::staging_dir(&paths.bundle))?;
-        mounts::unmount(&paths.rootfs)?;
         // Renamed into the trash and deleted after this call returns (a restart empties it).
         trash::discard(&trash::dir(&self.config.state), &paths.bundle)?;
         trash::discard(&trash::dir(&self.config.root), &paths.layer)?;
-        phases.mark("rootfs_dirs");
+        phases.mark("dirs");
         self.images.release(id).await?;
         for (i, m) in c.config().mounts.iter().enumerate() {
             if m.image.as_ref().is_some_and(|s| !s.image.is_empty()) {
@@ -87,6 +66,37 @@ impl Daemon {
                 .emit(ContainerEventType::ContainerDeletedEvent, id, &c.sandbox_id);
         }
         tracing::debug!(container = id, phases = %phases, "remove phases");
+        Ok(())
+    }
+
+    /// The container in its shim, its cgroup and its mounts: what an exit releases
+    /// ([`Daemon::release_exited`]) when all goes well.
+    pub(super) async fn remove_runtime_parts(&self, pod_id: &str, id: &str) -> Result<()> {
+        if let Ok(shim) = self.shims.get(pod_id).await {
+            match shim.delete(id, true).await {
+                Ok(()) => {}
+                Err(e)
+                    if e.shim_error()
+                        .is_some_and(|s| s.kind == crius_api::shim::ErrorKind::NotFound) => {}
+                // A dead shim has nothing to delete; what it left is removed below.
+                Err(e) if self.shims.running_pid(pod_id).is_none() => {
+                    tracing::warn!(container = id, "shim gone, removing without it: {e}");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // libcontainer's delete removes the container cgroup, but not when the shim is dead;
+        // under a kubelet pod cgroup nobody else would.
+        if let Some(pod) = self.sandboxes.get(pod_id) {
+            let cgroup = cgroups::container_cgroup(&pod.cgroup, id);
+            let patience = cgroups::REMOVE_PATIENCE;
+            if let Err(e) = cgroups::reap::remove_cgroup(&cgroup, patience).await {
+                tracing::warn!(container = id, "remove container cgroup: {e}");
+            }
+        }
+        let paths = ContainerPaths::new(&self.config.root, &self.config.state, id);
+        volumes::unstage(&volumes::staging_dir(&paths.bundle))?;
+        mounts::unmount(&paths.rootfs)?;
         Ok(())
     }
 }

@@ -16,7 +16,11 @@ impl Daemon {
             return Ok(());
         };
         let lock = self.locks.lock(&id).await;
-        self.stop_container_locked(&lock, timeout).await
+        self.stop_container_locked(&lock, timeout).await?;
+        // As containerd deletes the task before its StopContainer answers: what the stopped
+        // container held goes now, not at a RemoveContainer that may come much later.
+        self.release_exited(&lock).await;
+        Ok(())
     }
 
     /// Stops the container whose lock `held` is, then tells NRI plugins it stopped (once;

@@ -32,7 +32,10 @@ impl Daemon {
                 })
             };
             match daemon.shims.follow_exit(&pod_id, &id, running).await {
-                Some(Ok(exit)) => daemon.record_exit(&id, &exit),
+                Some(Ok(exit)) => {
+                    daemon.record_exit(&id, &exit);
+                    daemon.release_later(&id);
+                }
                 Some(Err(crate::shims::Lost::ShimGone(why))) => {
                     daemon.settle_lost(&pod_id, &id, &why);
                 }

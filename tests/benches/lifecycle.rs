@@ -18,7 +18,8 @@
 //! - cold `PullImage` of the big image (empty root), then of busybox;
 //! - `RunPodSandbox` without network (`NamespaceMode::NODE`) and with the bridge network, and
 //!   with the bridge network in a user namespace (when the runtime advertises them);
-//! - `CreateContainer` + `StartContainer` of busybox `sleep 3600`, also in a user-namespaced pod;
+//! - `CreateContainer` + `StartContainer` of busybox `sleep 3600` (together and each alone), also
+//!   in a user-namespaced pod;
 //! - `ExecSync` of `true`;
 //! - `StopContainer` (timeout 0) + `RemoveContainer`, and `RemoveContainer` alone;
 //! - `StopPodSandbox` and then `RemovePodSandbox` of a pod with the bridge network;
@@ -455,12 +456,13 @@ async fn measure(
     let pod_config = bench.pod_config(true);
     let pod = bench.run_pod(&pod_config).await?;
     let mut create_start = Vec::with_capacity(n);
+    let mut creates = Vec::with_capacity(n);
+    let mut starts = Vec::with_capacity(n);
     let mut exec = Vec::with_capacity(n);
     let mut stop_remove = Vec::with_capacity(n);
     let mut removes = Vec::with_capacity(n);
     for i in 0..=n {
-        let (id, took) = timed(bench.create_start(&pod, &pod_config)).await;
-        let id = id?;
+        let (id, create_took, start_took) = bench.create_start_split(&pod, &pod_config).await?;
         let (code, exec_took) = timed(bench.exec_true(&id)).await;
         let code = code?;
         if code != 0 {
@@ -471,7 +473,9 @@ async fn measure(
         let (done, remove_took) = timed(bench.remove(&id)).await;
         done?;
         if i > 0 {
-            create_start.push(took);
+            create_start.push(create_took + start_took);
+            creates.push(create_took);
+            starts.push(start_took);
             exec.push(exec_took);
             stop_remove.push(stop_took + remove_took);
             removes.push(remove_took);
@@ -480,6 +484,8 @@ async fn measure(
     report
         .ops
         .push(("CreateContainer+StartContainer", create_start));
+    report.ops.push(("CreateContainer", creates));
+    report.ops.push(("StartContainer", starts));
     report.ops.push(("ExecSync true", exec));
     report
         .ops
@@ -1054,6 +1060,15 @@ impl Bench {
 
     /// CreateContainer + StartContainer of busybox `sleep 3600`.
     async fn create_start(&mut self, pod: &str, pod_config: &PodSandboxConfig) -> Result<String> {
+        Ok(self.create_start_split(pod, pod_config).await?.0)
+    }
+
+    /// [`Self::create_start`], with how long each of the two calls took.
+    async fn create_start_split(
+        &mut self,
+        pod: &str,
+        pod_config: &PodSandboxConfig,
+    ) -> Result<(String, Duration, Duration)> {
         self.seq += 1;
         let name = format!("sleep-{}", self.seq);
         let config = ContainerConfig {
@@ -1070,6 +1085,7 @@ impl Bench {
             labels: HashMap::from([(LABEL.to_string(), "true".to_string())]),
             ..Default::default()
         };
+        let t = Instant::now();
         let id = self
             .rt
             .create_container(CreateContainerRequest {
@@ -1081,13 +1097,15 @@ impl Bench {
             .map_err(|s| format!("CreateContainer in {pod}: {s}"))?
             .into_inner()
             .container_id;
+        let created = t.elapsed();
+        let t = Instant::now();
         self.rt
             .start_container(StartContainerRequest {
                 container_id: id.clone(),
             })
             .await
             .map_err(|s| format!("StartContainer {id}: {s}"))?;
-        Ok(id)
+        Ok((id, created, t.elapsed()))
     }
 
     async fn exec_true(&mut self, id: &str) -> Result<i32> {

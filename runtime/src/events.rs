@@ -51,6 +51,23 @@ impl Events {
         self.send(kind, id, pod_id, || None);
     }
 
+    /// Tells every subscriber that container `id` of pod `pod_id` is gone, with the pod's
+    /// status as it is now (`pod_status` is called only when someone listens): when the
+    /// container goes with its pod, the pod is gone too by the time the event is sent.
+    pub fn emit_container_deleted(
+        &self,
+        id: &str,
+        pod_id: &str,
+        pod_status: impl FnOnce() -> Option<PodSandboxStatus>,
+    ) {
+        self.send(
+            ContainerEventType::ContainerDeletedEvent,
+            id,
+            pod_id,
+            || pod_status().map(Arc::new),
+        );
+    }
+
     /// Tells every subscriber that pod `id` is gone, with its last status (`status` is called
     /// only when someone listens).
     pub fn emit_pod_deleted(&self, id: &str, status: impl FnOnce() -> PodSandboxStatus) {

@@ -66,6 +66,14 @@ async fn subscribers_see_the_lifecycle_in_order() {
         .await;
     env.wait_exited(&c, Duration::from_secs(20)).await;
     env.remove(&c).await;
+    // One that goes with its pod.
+    let kept = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("kept", &["sleep", "1000"]),
+        )
+        .await;
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
 
@@ -77,7 +85,11 @@ async fn subscribers_see_the_lifecycle_in_order() {
         (T::ContainerStartedEvent as i32, c.clone()),
         (T::ContainerStoppedEvent as i32, c.clone()),
         (T::ContainerDeletedEvent as i32, c.clone()),
+        (T::ContainerCreatedEvent as i32, kept.clone()),
+        (T::ContainerStartedEvent as i32, kept.clone()),
+        (T::ContainerStoppedEvent as i32, kept.clone()),
         (T::ContainerStoppedEvent as i32, pod.clone()),
+        (T::ContainerDeletedEvent as i32, kept.clone()),
         (T::ContainerDeletedEvent as i32, pod.clone()),
     ];
     for stream in [&mut first, &mut second] {
@@ -100,7 +112,15 @@ async fn subscribers_see_the_lifecycle_in_order() {
         // A deleted pod's event carries the status it left with, metadata included: kubelet's
         // Evented PLEG drops the pod from its cache on it, and logs an error and ignores an
         // event without one (as crius once sent).
-        let deleted = &events[7];
+        // A container removed with its pod: the pod is gone when the event is read, and the
+        // event still names it, as it was at the container's removal.
+        let with_pod = &events[10];
+        let status = with_pod
+            .pod_sandbox_status
+            .as_ref()
+            .unwrap_or_else(|| panic!("no pod status in {with_pod:?}"));
+        assert_eq!(status.id, pod);
+        let deleted = &events[11];
         let last = deleted
             .pod_sandbox_status
             .as_ref()

@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use crius_api::v1::ContainerEventType;
-
 use super::{volumes, ContainerPaths, ContainerState};
 use crate::cgroups;
 use crate::daemon::Daemon;
@@ -62,8 +60,10 @@ impl Daemon {
             .await;
         self.nri_apply_later(updates);
         if c.state != ContainerState::Creating {
-            self.events
-                .emit(ContainerEventType::ContainerDeletedEvent, id, &c.sandbox_id);
+            self.events.emit_container_deleted(id, &c.sandbox_id, || {
+                let pod = self.sandboxes.get(&c.sandbox_id)?;
+                Some(crate::service::sandbox::pod_status(self, &pod).0)
+            });
         }
         tracing::debug!(container = id, phases = %phases, "remove phases");
         Ok(())

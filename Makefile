@@ -40,10 +40,25 @@ PROFILE    ?= release
 run: deps-run build-release
 	./target/release/crius
 
+# The long-lived crius-shim (one per pod) and the short-lived crius-shim-helper (one per create
+# and exec) are linked statically, glibc and libseccomp included: no ld.so and libc.so pages in
+# every shim, nothing for the loader to do at each helper's exec (docs/architecture.md, section
+# 1). They are built for an explicit --target, the host's: cargo then applies RUSTFLAGS to them
+# and their dependencies only, not to build scripts and proc macros (which must stay dynamic).
+# The ordinary `cargo build` still makes dynamic ones in target/<profile>/; the tests are pointed
+# at the static ones (CRIUS_SHIM_BIN), what is installed. `=`, not `:=`: rustc may only exist
+# once check-rust has run.
+HOST_TRIPLE = $(shell rustc -vV | sed -n 's/^host: //p')
+STATIC_ENV  = RUSTFLAGS="$(RUSTFLAGS) -C target-feature=+crt-static" LIBSECCOMP_LINK_TYPE=static \
+              LIBSECCOMP_LIB_PATH="$$(pkg-config --variable=libdir libseccomp)"
+STATIC_SHIM = $(STATIC_ENV) $(CARGO) build --target $(HOST_TRIPLE) -p crius-shim \
+              --bin crius-shim --bin crius-shim-helper
+TEST_ENV    = CRIUS_SHIM_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/debug/crius-shim
+
 # Lint first: formatting fails in a second, before any build. The end-to-end tests run the
 # crius, crius-shim and crius-shim-helper binaries, so those are built before the tests run.
 test: deps-test lint build
-	$(CARGO) test --workspace --no-fail-fast
+	$(TEST_ENV) $(CARGO) test --workspace --no-fail-fast
 
 # Unit tests of every crate and the shim's state machine against a fake launcher: no root, no
 # containers, no network. Tests that need root say "skipped ...: needs root" and return.
@@ -53,14 +68,15 @@ unit: check-rust
 
 # The integration and end-to-end tests (tests/, shim/tests/, image/tests/, ...): as root.
 e2e: deps-test build
-	$(CARGO) test --workspace --no-fail-fast --test '*'
+	$(TEST_ENV) $(CARGO) test --workspace --no-fail-fast --test '*'
 
 build: check-rust
 	$(CARGO) build --workspace --bins
+	$(STATIC_SHIM)
 
 build-release: check-rust
 	$(CARGO) build --release --workspace --bins
-	$(CARGO) build --profile release-shim -p crius-shim --bins
+	$(STATIC_SHIM) --profile release-shim
 
 build-debug: build
 
@@ -68,8 +84,9 @@ build-debug: build
 # installed: the shim carries a static build of it, which crius writes to <state>/bin at start),
 # the systemd unit, a commented config (never over an existing one), and a single-node bridge
 # network only when the CNI config dir has no network yet.
-# A release install takes the shim and its helper from the release-shim profile (Cargo.toml).
-SHIM_DIR = target/$(if $(filter release,$(PROFILE)),release-shim,$(PROFILE))
+# A release install takes the shim and its helper from the release-shim profile (Cargo.toml),
+# both static builds (see STATIC_SHIM above).
+SHIM_DIR = target/$(HOST_TRIPLE)/$(if $(filter release,$(PROFILE)),release-shim,$(PROFILE))
 install: build-$(PROFILE)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/crius \
 	  $(DESTDIR)$(CNICONFDIR)
@@ -85,13 +102,16 @@ install: build-$(PROFILE)
 # A Debian package (target/debian/crius_<version>-1_<arch>.deb) with what `make install
 # PREFIX=/usr` installs, made by cargo-deb from [package.metadata.deb] in runtime/Cargo.toml.
 # cargo-deb packages release builds only; the unit and the default config are written here
-# first, as install writes them. contrib/debian/ holds the maintainer scripts.
+# first, as install writes them, and the static shim and helper (built for an explicit target)
+# copied beside them. contrib/debian/ holds the maintainer scripts.
 DEB_ASSETS := target/release/deb-assets
 deb: build-release cargo-deb
 	rm -rf $(DEB_ASSETS)
 	mkdir -p $(DEB_ASSETS)
 	sed 's|@BINDIR@|/usr/bin|g' contrib/systemd/crius.service > $(DEB_ASSETS)/crius.service
 	target/release/crius config default > $(DEB_ASSETS)/config.toml
+	cp target/$(HOST_TRIPLE)/release-shim/crius-shim target/$(HOST_TRIPLE)/release-shim/crius-shim-helper \
+	  $(DEB_ASSETS)/
 	$(CARGO) deb -p crius --no-build --no-strip
 
 cargo-deb: check-rust

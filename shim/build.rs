@@ -50,4 +50,15 @@ fn main() {
     // exec that does nothing; 90 and 0.68 ms linked at a fixed address). Its libraries, stack
     // and heap stay randomized; the long-lived crius-shim stays a PIE.
     println!("cargo::rustc-link-arg-bin=crius-shim-helper=-no-pie");
+
+    // The installed shim and helper are linked statically (`make build-release` builds them
+    // with `-C target-feature=+crt-static` for an explicit `--target`; docs/architecture.md,
+    // section 1): rustc then asks for a static PIE, which the `-no-pie` above cancels
+    // altogether (the helper came out dynamic); `-static` after it makes it static and at a
+    // fixed address, nothing for the loader to do.
+    let crt_static = env::var("CARGO_CFG_TARGET_FEATURE")
+        .is_ok_and(|features| features.split(',').any(|f| f == "crt-static"));
+    if crt_static {
+        println!("cargo::rustc-link-arg-bin=crius-shim-helper=-static");
+    }
 }

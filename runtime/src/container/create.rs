@@ -190,11 +190,6 @@ impl Daemon {
             }
         };
         let id = new_id().map_err(|e| Error::internal("draw a container id", e))?;
-        if let Some(holder) = self.store.reserve_name(&name, &id)? {
-            return Err(Error::AlreadyExists(format!(
-                "container name {name:?} is reserved for {holder}"
-            )));
-        }
         let log_path = match (
             pod_config.log_directory.is_empty(),
             config.log_path.is_empty(),
@@ -231,9 +226,14 @@ impl Daemon {
                 .map(|r| r.encode_to_vec())
                 .unwrap_or_default(),
         };
-        if let Err(e) = self.containers.put(&self.store, &id, record.clone()) {
-            let _ = self.store.release_name(&name, &id);
-            return Err(e);
+        // The name and the record in one durable commit.
+        if let Some(holder) = self
+            .containers
+            .put_named(&self.store, &id, record.clone(), &name)?
+        {
+            return Err(Error::AlreadyExists(format!(
+                "container name {name:?} is reserved for {holder}"
+            )));
         }
         let from = restore
             .as_ref()

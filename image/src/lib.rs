@@ -33,4 +33,4 @@ pub use pull::{PullOptions, PullReport};
 pub use records::ImageRecord;
 pub use reference::Reference;
 pub use registry::Auth;
-pub use store::{FsUsage, GcStats, ImageStore, RegistrySettings, StoreConfig};
+pub use store::{FsUsage, GcStats, ImageStore, LeaseFile, RegistrySettings, StoreConfig};

@@ -102,6 +102,21 @@ pub struct GcStats {
     pub snapshots_removed: usize,
 }
 
+/// The file of a lease taken by [`ImageStore::lease_deferred`], not yet written.
+#[must_use = "a lease that is not persisted is lost at the next start"]
+pub struct LeaseFile {
+    inner: Arc<Inner>,
+    holder: String,
+    chain_ids: Vec<Digest>,
+}
+
+impl LeaseFile {
+    /// Writes and syncs the lease file (blocking).
+    pub fn persist(self) -> Result<()> {
+        self.inner.leases_dir.save(&self.holder, &self.chain_ids)
+    }
+}
+
 /// Images: pull, look up, list, remove, hold for containers, collect garbage. Cheap to clone.
 #[derive(Clone)]
 pub struct ImageStore {
@@ -353,6 +368,27 @@ impl ImageStore {
         self.inner.leases_dir.save(holder, &record.chain_ids)?;
         leases.insert(holder.to_string(), record.chain_ids.clone());
         Ok(dirs)
+    }
+
+    /// As [`ImageStore::lease`], but the lease file is written by the returned [`LeaseFile`],
+    /// so that its two disk flushes can overlap with other work. The lease holds at once (the
+    /// collection reads the leases in memory); the caller persists it before it reports the
+    /// holder made, and before it releases it (a file written after the release would stay
+    /// until the next start).
+    pub fn lease_deferred(&self, holder: &str, name: &str) -> Result<(Vec<PathBuf>, LeaseFile)> {
+        check_holder(holder)?;
+        let record = self
+            .get(name)?
+            .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
+        let dirs = self.inner.lowerdirs_of(&record.chain_ids, &record.id)?;
+        let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
+        leases.insert(holder.to_string(), record.chain_ids.clone());
+        let file = LeaseFile {
+            inner: Arc::clone(&self.inner),
+            holder: holder.to_string(),
+            chain_ids: record.chain_ids,
+        };
+        Ok((dirs, file))
     }
 
     /// The lowerdirs a holder's lease keeps, if it has one (e.g. after the image was removed).

@@ -544,6 +544,37 @@ async fn lease_keeps_snapshots_until_released() {
     store.release("crius-ctr-1").await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_lease_holds_before_its_file_is_written() {
+    let reg = Registry::start();
+    Pusher::new(&reg)
+        .image(
+            "crius/deferred",
+            "v1",
+            &ImageSpec::new(vec![busybox_layer()]),
+        )
+        .await;
+    let root = root();
+    let store = open(root.path(), None);
+    let name = format!("{}/crius/deferred:v1", reg.host());
+    store.pull(&name, &Auth::default()).await.unwrap();
+    let (dirs, file) = store.lease_deferred("crius-ctr-2", &name).unwrap();
+    // Held in memory already: removing the image and collecting keep the snapshot.
+    store.remove(&name).await.unwrap();
+    store.gc().await.unwrap();
+    assert!(dirs[0].join("bin/busybox").exists(), "leased snapshot kept");
+    assert!(!root.path().join("leases/crius-ctr-2.json").exists());
+    file.persist().unwrap();
+    drop(store);
+    let store = open(root.path(), None);
+    assert_eq!(
+        store.leased_lowerdirs("crius-ctr-2").unwrap(),
+        Some(dirs.clone())
+    );
+    store.release("crius-ctr-2").await.unwrap();
+    assert!(!dirs[0].exists());
+}
+
 /// Pulls `crius/stall:v1` from `fake` into a store under `root` whose stall timeout is 1 s:
 /// the error and how long the pull took.
 async fn pull_with_1s_stall_timeout(

@@ -77,6 +77,15 @@ pub fn write_spec(bundle: &Path, spec: &oci_spec::runtime::Spec) -> Result<()> {
     std::fs::create_dir_all(bundle)
         .map_err(|e| Error::internal(format!("create {}", bundle.display()), e))?;
     let json = serde_json::to_vec(spec).map_err(|e| Error::internal("encode OCI spec", e))?;
-    crate::util::write_atomic(&bundle.join("config.json"), &json)
-        .map_err(|e| Error::internal(format!("write {}/config.json", bundle.display()), e))
+    // Bundles live in the state directory, which a reboot empties along with every container:
+    // the file only has to outlive processes, not the machine, so it is not synced (as the
+    // shim's exit records are not). A sync cost one disk flush per CreateContainer where the
+    // state directory is not a tmpfs.
+    crius_common::fs::write_atomic(
+        &bundle.join("config.json"),
+        &json,
+        None,
+        crius_common::fs::Durability::None,
+    )
+    .map_err(|e| Error::internal(format!("write {}/config.json", bundle.display()), e))
 }

@@ -79,6 +79,24 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         Ok(())
     }
 
+    /// Reserves the CRI `name` for `id` and writes `value` durably in one database
+    /// transaction, then makes it visible. `Some(holder)` (nothing written) when another id
+    /// holds the name.
+    pub fn put_named(
+        &self,
+        store: &Store,
+        id: &str,
+        value: T,
+        name: &str,
+    ) -> Result<Option<String>> {
+        let mut map = self.write();
+        if let Some(holder) = store.put_named(self.table, id, &value, name)? {
+            return Ok(Some(holder));
+        }
+        map.insert(id.to_string(), value);
+        Ok(None)
+    }
+
     /// Applies `f` to the record of `id` (if any) and writes it back; returns the new value.
     /// The map stays locked from the read to the write, so an update racing a `remove` cannot
     /// bring the removed record back.

@@ -190,11 +190,6 @@ impl Daemon {
             }
         };
         let id = new_id().map_err(|e| Error::internal("draw a container id", e))?;
-        if let Some(holder) = self.store.reserve_name(&name, &id)? {
-            return Err(Error::AlreadyExists(format!(
-                "container name {name:?} is reserved for {holder}"
-            )));
-        }
         let log_path = match (
             pod_config.log_directory.is_empty(),
             config.log_path.is_empty(),
@@ -231,9 +226,14 @@ impl Daemon {
                 .map(|r| r.encode_to_vec())
                 .unwrap_or_default(),
         };
-        if let Err(e) = self.containers.put(&self.store, &id, record.clone()) {
-            let _ = self.store.release_name(&name, &id);
-            return Err(e);
+        // The name and the record in one durable commit.
+        if let Some(holder) = self
+            .containers
+            .put_named(&self.store, &id, record.clone(), &name)?
+        {
+            return Err(Error::AlreadyExists(format!(
+                "container name {name:?} is reserved for {holder}"
+            )));
         }
         let from = restore
             .as_ref()
@@ -295,14 +295,63 @@ impl Daemon {
         let staging = volumes::staging_dir(&paths.bundle);
         let userns = self.pod_userns(&pod.id, pod_config)?;
         let mut phases = crate::util::Phases::start();
-        let lowerdirs = self.images.lease(&id, &record.image_id)?;
+        // The lease holds the layers from here on; its file (two disk flushes) is written on a
+        // blocking thread meanwhile, and is on disk before the container is recorded created.
+        let (lowerdirs, lease_file) = self.images.lease_deferred(&id, &record.image_id)?;
+        let persist_lease = tokio::task::spawn_blocking(move || lease_file.persist());
+        let made = self
+            .make_container(
+                &mut record,
+                &mut phases,
+                &lowerdirs,
+                (config, pod_config, restore),
+                (&pod, &handler, &paths, &staging, userns.as_ref()),
+            )
+            .await;
+        // Awaited on failure too: the undo releases the lease, after which a late file would
+        // stay until the next start.
+        let persisted = match persist_lease.await {
+            Ok(done) => done.map_err(Error::from),
+            Err(e) => Err(Error::internal("write the image lease", e)),
+        };
+        let pid = made?;
+        persisted?;
+        record.pid = u32::try_from(pid).ok();
+        phases.mark("shim_create");
+        tracing::debug!(container = %id, phases = %phases, "create phases");
+        record.state = ContainerState::Created;
+        self.containers.put(&self.store, &id, record)?;
+        Ok(())
+    }
+
+    /// The rootfs, volumes, spec and bundle of a container whose image is leased, and the
+    /// container in its shim: its init's pid.
+    async fn make_container(
+        self: &Arc<Self>,
+        record: &mut ContainerRecord,
+        phases: &mut crate::util::Phases,
+        lowerdirs: &[PathBuf],
+        (config, pod_config, restore): (
+            &ContainerConfig,
+            &PodSandboxConfig,
+            Option<(&Path, &Path)>,
+        ),
+        (pod, handler, paths, staging, userns): (
+            &crate::records::SandboxRecord,
+            &crate::handlers::Handler,
+            &ContainerPaths,
+            &Path,
+            Option<&volumes::PodUserns>,
+        ),
+    ) -> Result<i32> {
+        let id = record.id.clone();
         volumes::mount_rootfs(
-            &lowerdirs,
+            lowerdirs,
             &paths.layer.join("upper"),
             &paths.layer.join("work"),
             &paths.rootfs,
-            &staging,
-            userns.as_ref(),
+            staging,
+            userns,
         )?;
         phases.mark("rootfs");
         let restore_dir = paths.layer.join("restore");
@@ -361,7 +410,7 @@ impl Daemon {
             }
         };
         phases.mark("image_config");
-        let staged_config = self.stage_volumes(&id, mount_config, &staging, userns.as_ref())?;
+        let staged_config = self.stage_volumes(&id, mount_config, staging, userns)?;
         phases.mark("volumes");
         let spec = crate::spec::container_spec(&crate::spec::ContainerSpecInput {
             container_id: &id,
@@ -383,13 +432,13 @@ impl Daemon {
             host_devices_for_privileged: handler.host_devices_for_privileged(),
             builtin: handler.config.kind == crate::config::HandlerType::Builtin,
         })?;
-        let mut spec = handler_annotations(spec, &handler, config, pod_config);
+        let mut spec = handler_annotations(spec, handler, config, pod_config);
         if handler.oci_runtime().is_some() {
             crate::spec::set_userns_mappings(&mut spec, pod_config)?;
         }
         // No plugin can connect meanwhile (this create holds off their synchronization).
         if self.nri.active() {
-            spec = self.nri_adjust(&mut record, &pod, spec).await?;
+            spec = self.nri_adjust(record, pod, spec).await?;
         } else {
             self.nri.note_created(&id);
         }
@@ -439,12 +488,7 @@ impl Daemon {
             }
         }
         cgroups::attach(&pod.cgroup, &id, pid).await?;
-        record.pid = u32::try_from(pid).ok();
-        phases.mark("shim_create");
-        tracing::debug!(container = %id, phases = %phases, "create phases");
-        record.state = ContainerState::Created;
-        self.containers.put(&self.store, &id, record)?;
-        Ok(())
+        Ok(pid)
     }
 
     /// Asks NRI plugins about the container about to be created and applies what they adjust

@@ -181,11 +181,6 @@ impl Daemon {
             .map(|l| l.cgroup_parent.as_str())
             .unwrap_or("");
         let cgroup = cgroups::pod_cgroup(cgroup_parent, &id)?;
-        if let Some(holder) = self.store.reserve_name(&name, &id)? {
-            return Err(Error::AlreadyExists(format!(
-                "pod sandbox name {name:?} is reserved for {holder}"
-            )));
-        }
         let lock = self.locks.lock(&id).await;
         let (net_mode, _, ipc_mode) = namespace_modes(&config);
         let host_network = net_mode == NamespaceMode::Node;
@@ -211,9 +206,14 @@ impl Daemon {
             hostname,
             network_error: None,
         };
-        if let Err(e) = self.sandboxes.put(&self.store, &id, record.clone()) {
-            let _ = self.store.release_name(&name, &id);
-            return Err(e);
+        // The name and the record in one durable commit.
+        if let Some(holder) = self
+            .sandboxes
+            .put_named(&self.store, &id, record.clone(), &name)?
+        {
+            return Err(Error::AlreadyExists(format!(
+                "pod sandbox name {name:?} is reserved for {holder}"
+            )));
         }
         match self.setup_pod(record, &config, ipc_mode, id_maps).await {
             Ok(()) => {

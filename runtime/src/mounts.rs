@@ -61,6 +61,11 @@ fn mount(
     }
 }
 
+/// Remounts the filesystem at `target` with `data` as its filesystem options.
+pub fn remount_with_data(target: &Path, data: &str) -> io::Result<()> {
+    mount("", target, "", libc::MS_REMOUNT, data)
+}
+
 /// Whether `path` is a mount point (its device differs from its parent's, or it is listed in
 /// mountinfo — a bind of the same filesystem keeps the device).
 pub fn is_mountpoint(path: &Path) -> bool {

@@ -75,6 +75,8 @@ fn entry(archive: &Path, name: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
+    let _turn = common::checkpoints::criu_turn().await;
+    let cgroup2 = common::checkpoints::cgroup2_options();
     let mut env = Env::with_image_and_config(75, &criu_config()).await;
     let ck = checkpoint_info(&env).await;
     assert_eq!(ck["handlers"]["runc"], "checkpoint, restore", "{ck}");
@@ -194,10 +196,14 @@ async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
     env.stop_pod(&pod_b).await;
     env.remove_pod(&pod_b).await;
     env.assert_no_leaks().await;
+    // CRIU mounted cgroup2 for a moment in both calls, which resets the mount's options (its
+    // root's flags, favordynmods among them); crius put them back.
+    assert_eq!(common::checkpoints::cgroup2_options(), cgroup2);
 }
 
 #[tokio::test]
 async fn the_builtin_handler_checkpoints_and_its_pods_restore_through_runc() {
+    let _turn = common::checkpoints::criu_turn().await;
     let mut env = Env::with_image_and_config(76, &criu_config()).await;
     let config = pod_config(&env, "ck-builtin");
     let pod = env.run_pod(config.clone()).await;
@@ -285,6 +291,7 @@ async fn the_builtin_handler_checkpoints_and_its_pods_restore_through_runc() {
 
 #[tokio::test]
 async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
+    let _turn = common::checkpoints::criu_turn().await;
     let mut env = Env::with_image_and_config(77, &criu_config()).await;
     let config = pod_config(&env, "ck-big");
     let pod = env.run_pod_with_handler(config.clone(), "runc").await;
@@ -576,6 +583,7 @@ async fn checkpointed_counter(
 /// Status says so, and the RPC is Unimplemented naming the handler.
 #[tokio::test]
 async fn crun_checkpoints_as_its_build_allows() {
+    let _turn = common::checkpoints::criu_turn().await;
     let mut env = Env::with_image_and_config(69, &criu_config()).await;
     let status = env
         .rt()
@@ -641,6 +649,7 @@ async fn crun_checkpoints_as_its_build_allows() {
 /// pulled from a registry, restores like the archive itself.
 #[tokio::test]
 async fn a_checkpoint_image_restores_like_its_archive() {
+    let _turn = common::checkpoints::criu_turn().await;
     let mut env = Env::with_image_and_config(114, &criu_config()).await;
     let (archive, at_checkpoint) = checkpointed_counter(&mut env, "ck-img-a", "runc", false).await;
 
@@ -705,6 +714,7 @@ async fn a_checkpoint_image_restores_like_its_archive() {
 /// restored counter writes on through the new pod's terminal into its CRI log.
 #[tokio::test]
 async fn terminal_containers_round_trip() {
+    let _turn = common::checkpoints::criu_turn().await;
     let mut env = Env::with_image_and_config(115, &criu_config()).await;
     for h in ["runc", "crius"] {
         let (name_a, name_b) = (format!("ck-tty-{h}"), format!("ck-tty-{h}-b"));

@@ -30,6 +30,7 @@
 pub mod dbus;
 pub mod manager;
 pub mod reap;
+pub mod root_options;
 pub mod systemd;
 pub mod v1;
 pub mod v2;

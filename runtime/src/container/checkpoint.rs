@@ -385,10 +385,10 @@ impl Daemon {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null());
-        let out = cmd
-            .output()
-            .await
-            .map_err(|e| Error::internal(format!("run {}", helper.display()), e))?;
+        let preserved = crate::cgroups::root_options::preserve();
+        let out = cmd.output().await;
+        drop(preserved);
+        let out = out.map_err(|e| Error::internal(format!("run {}", helper.display()), e))?;
         let report = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             let message = serde_json::from_str::<serde_json::Value>(report.trim())

@@ -466,6 +466,8 @@ impl Daemon {
         }
         phases.mark("bundle");
         let shim = self.shims.get(&pod.id).await?;
+        // A restore runs CRIU, which resets the cgroup2 mount's options.
+        let preserved = restore.map(|_| crate::cgroups::root_options::preserve());
         let pid = shim
             .create_container(crius_api::shim::CreateContainer {
                 id: id.clone(),
@@ -480,7 +482,9 @@ impl Daemon {
                     criu: criu.to_path_buf(),
                 }),
             })
-            .await?;
+            .await;
+        drop(preserved);
+        let pid = pid?;
         if restore.is_some() {
             // The processes are restored (stopped until the start): the images are not needed.
             if let Err(e) = std::fs::remove_dir_all(&restore_dir) {

@@ -20,6 +20,26 @@ pub fn criu_config() -> String {
     format!("[runtime]\ncriu_path = \"{criu}\"\n")
 }
 
+/// One CRIU-running test of a binary at a time, for the one that checks what CRIU leaves of
+/// the node: CRIU's runs reset the cgroup2 mount's options, and each crius puts back what it
+/// saw before its own runs, which another crius's run in between would spoil.
+pub async fn criu_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
+/// The options of the host's cgroup2 mount (`rw,favordynmods`, ...), if it has one.
+pub fn cgroup2_options() -> Option<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let (_, right) = l.split_once(" - ")?;
+            let mut fields = right.split(' ');
+            (fields.next()? == "cgroup2").then(|| fields.nth(1).map(str::to_string))?
+        })
+}
+
 /// A pod config whose containers have their own PID namespace (kubelet's default; runc
 /// cannot restore into the pod's).
 pub fn pod_config(env: &Env, name: &str) -> PodSandboxConfig {

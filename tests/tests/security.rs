@@ -444,12 +444,16 @@ async fn capabilities_no_new_privs_and_seccomp() {
         env.pod_status(&confined.id).await.state,
         PodSandboxState::SandboxReady as i32
     );
-    let pause_pid = common::processes_of_pod(&confined.id)
-        .into_iter()
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"/pause"))
-        })
-        .expect("the pause process");
+    // RunPodSandbox answers once the pause is started, which may be before its exec is done.
+    let pause_pid = common::wait_for("the pause process", Duration::from_secs(10), || async {
+        common::processes_of_pod(&confined.id)
+            .into_iter()
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(b"/pause"))
+            })
+    })
+    .await;
     let pause_status = std::fs::read_to_string(format!("/proc/{pause_pid}/status")).unwrap();
     assert_eq!(field(&pause_status, "Seccomp"), "2");
     assert!(

@@ -359,14 +359,16 @@ impl ImageStore {
     /// Holds the snapshots of image `name` for `holder` (a container id) so that removing the
     /// image keeps them until [`ImageStore::release`]. Persisted; returns the lowerdirs.
     pub fn lease(&self, holder: &str, name: &str) -> Result<Vec<PathBuf>> {
-        check_holder(holder)?;
-        let record = self
-            .get(name)?
-            .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
-        let dirs = self.inner.lowerdirs_of(&record.chain_ids, &record.id)?;
-        let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
-        self.inner.leases_dir.save(holder, &record.chain_ids)?;
-        leases.insert(holder.to_string(), record.chain_ids.clone());
+        let (dirs, file) = self.lease_deferred(holder, name)?;
+        if let Err(e) = file.persist() {
+            // Not on disk, so not held.
+            self.inner
+                .leases
+                .write()
+                .map_err(|_| poisoned())?
+                .remove(holder);
+            return Err(e);
+        }
         Ok(dirs)
     }
 

@@ -24,14 +24,7 @@ async fn plugin(env: &Env, name: &str, index: &str, b: Behaviour) -> Plugin {
 
 /// `nri` of a verbose Status.
 async fn nri_status(env: &Env) -> serde_json::Value {
-    let info = env
-        .rt()
-        .status(StatusRequest { verbose: true })
-        .await
-        .unwrap()
-        .into_inner()
-        .info;
-    serde_json::from_str(&info["nri"]).unwrap()
+    env.runtime_info("nri").await
 }
 
 /// `<index>-<name>` of the connected plugins, in event order.

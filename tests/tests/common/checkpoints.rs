@@ -130,14 +130,7 @@ pub fn big_shell(env: &Env) -> ContainerConfig {
 
 /// The `checkpoint` entry of a verbose Status: what each handler can do, criu's path.
 pub async fn checkpoint_info(env: &Env) -> serde_json::Value {
-    let info = env
-        .rt()
-        .status(StatusRequest { verbose: true })
-        .await
-        .unwrap()
-        .into_inner()
-        .info;
-    serde_json::from_str(&info["checkpoint"]).unwrap()
+    env.runtime_info("checkpoint").await
 }
 
 /// A pod `name` under gVisor (runsc) with one sleeping container: (pod, its config, the

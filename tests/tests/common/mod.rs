@@ -414,6 +414,21 @@ impl Env {
         serde_json::from_str(resp.info.get("info").expect("verbose info")).unwrap()
     }
 
+    /// Entry `key` of a verbose runtime `Status`'s info, parsed as JSON.
+    pub async fn runtime_info(&self, key: &str) -> serde_json::Value {
+        let info = self
+            .rt()
+            .status(StatusRequest { verbose: true })
+            .await
+            .unwrap()
+            .into_inner()
+            .info;
+        let entry = info
+            .get(key)
+            .unwrap_or_else(|| panic!("no {key:?} in Status info"));
+        serde_json::from_str(entry).unwrap()
+    }
+
     /// The container's main pid, from the verbose status.
     pub async fn pid(&self, id: &str) -> i32 {
         let info = self.status_info(id).await;

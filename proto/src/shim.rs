@@ -38,6 +38,7 @@
 //! | `exec_stream` | [`ExecStream`] | `streams {..}` ([`Streams`], with descriptors), later `process_exited {..}` |
 //! | `attach` | [`Attach`] | `streams {..}` ([`Streams`], with descriptors), later `process_exited {..}` |
 //! | `shutdown` | — | `done`; the shim exits and removes its state directory as soon as no container is left |
+//! | `prepare` | — | `done` at once; the shim starts a helper that waits for the next create's (or another helper operation's) call, so that its start overlaps with what crius does before it asks; an unused one ends after [`PREPARED_HELPER_TTL`] |
 //!
 //! # Streaming requests
 //!
@@ -82,6 +83,9 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// How long the shim lets one libcontainer operation (a create, start or delete, run by
 /// `crius-shim-helper`) take before it kills the helper and answers with the failure.
 pub const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a helper the shim started ahead (`prepare`) waits for a call before the shim ends it.
+pub const PREPARED_HELPER_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Largest frame either side accepts: two full 16 MiB exec outputs in base64 fit with room.
 pub const MAX_FRAME: usize = 64 << 20;
@@ -160,6 +164,8 @@ pub enum Op {
     ExecStream(ExecStream),
     /// Join a running container's stdio (see "Streaming requests" above).
     Attach(Attach),
+    /// Start a helper ahead of the next call that needs one (a create on its way).
+    Prepare,
 }
 
 /// Fields of [`Op::CreateContainer`].
@@ -709,6 +715,11 @@ mod client {
                 Reply::Created { pid } => Ok(pid),
                 _ => Err(self.unexpected("create_container")),
             }
+        }
+
+        /// Have the shim start a helper for the create about to be asked (see `prepare`).
+        pub async fn prepare(&self) -> Result<(), ClientError> {
+            self.done("prepare", Op::Prepare).await
         }
 
         /// Start a created container; returns its init pid.

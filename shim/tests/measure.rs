@@ -100,6 +100,31 @@ fn footprint_and_latency() {
         summary("delete (exited)", delete);
         summary("create+start (busybox sleep)", create_start);
 
+        // A create whose helper was started ahead (`prepare`, as crius asks for at the start of
+        // CreateContainer), against one that spawns it, alternately.
+        let (mut plain, mut prepared) = (Vec::new(), Vec::new());
+        for i in 0..40 {
+            let bundle = pod.bundle(&format!("p{i}"), &["sleep", "1000"]);
+            if i % 2 == 1 {
+                client.prepare().await.unwrap();
+                // crius's own work before it asks for the create.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let t = Instant::now();
+            let pid = client
+                .create_container(pod.create_request(&bundle))
+                .await
+                .unwrap();
+            match i % 2 {
+                1 => prepared.push(t.elapsed()),
+                _ => plain.push(t.elapsed()),
+            }
+            pod.track(pid);
+            client.delete(&bundle.id, true).await.unwrap();
+        }
+        summary("create, helper spawned", plain);
+        summary("create, helper prepared", prepared);
+
         let bundle = pod.bundle("main", &["sleep", "1000"]);
         let pid = client
             .create_container(pod.create_request(&bundle))

@@ -890,3 +890,75 @@ fn kill_all_reaches_processes_that_outlive_the_init_in_a_shared_pid_namespace() 
         client.delete(&sandbox.id, true).await.unwrap();
     });
 }
+
+/// The shim's children that are helpers waiting for a call (`prepare`).
+fn standby_helpers(shim_pid: i32) -> Vec<i32> {
+    children_of(shim_pid)
+        .into_iter()
+        .filter(|(pid, state)| {
+            *state != 'Z'
+                && fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"standby"))
+        })
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+#[test]
+fn a_prepared_helper_runs_the_next_create_and_an_unused_one_ends() {
+    let pod = Pod::start("prepared");
+    let bundle = pod.bundle("c", &["sh", "-c", "echo out; echo err >&2; exit 4"]);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        client.prepare().await.unwrap();
+        let waiting = standby_helpers(pod.shim_pid);
+        assert_eq!(waiting.len(), 1, "{waiting:?}");
+        // Two at most wait at once.
+        for _ in 0..3 {
+            client.prepare().await.unwrap();
+        }
+        assert_eq!(standby_helpers(pod.shim_pid).len(), 2);
+
+        // The create is handed to the oldest, with the container's stdio.
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        assert!(wait_for(Duration::from_secs(5), || !alive(waiting[0])));
+        // (The created container's init, cloned by the helper, has its command line until it
+        // starts.)
+        let others: Vec<i32> = standby_helpers(pod.shim_pid)
+            .into_iter()
+            .filter(|p| *p != pid)
+            .collect();
+        assert_eq!(others.len(), 1, "{others:?}");
+        client.start(&bundle.id).await.unwrap();
+        let exit = client
+            .wait(&bundle.id, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert_eq!(exit.exit_code, 4);
+        let log = parse_log(&pod.log_path(&bundle.id));
+        assert!(
+            log.contains(&("stdout".into(), "F".into(), "out".into())),
+            "{log:?}"
+        );
+        assert!(
+            log.contains(&("stderr".into(), "F".into(), "err".into())),
+            "{log:?}"
+        );
+
+        // The other one is not needed: it ends after its time.
+        let ttl = crius_api::shim::PREPARED_HELPER_TTL;
+        assert!(wait_for(ttl + Duration::from_secs(5), || {
+            standby_helpers(pod.shim_pid).is_empty()
+        }));
+        // A shutdown ends a waiting one at once.
+        client.prepare().await.unwrap();
+        assert_eq!(standby_helpers(pod.shim_pid).len(), 1);
+        client.delete(&bundle.id, false).await.unwrap();
+        client.shutdown().await.unwrap();
+    });
+    assert!(wait_for(Duration::from_secs(5), || !pod.shim_alive()));
+}

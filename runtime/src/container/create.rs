@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crius_api::v1::{ContainerConfig, ContainerEventType, PodSandboxConfig};
 use prost::Message as _;
+use tokio::task::JoinHandle;
 
 /// Longest path a mount may name (PATH_MAX).
 const MAX_PATH_BYTES: usize = 4096;
@@ -128,6 +129,9 @@ impl Daemon {
                 pod.id
             )));
         }
+        // The shim starts this create's helper now, while the record is written and the
+        // rootfs and spec are made: its exec and start are then off the create's path.
+        let prepared = self.prepare_shim_helper(&pod.id);
         // Held to the end: a plugin synchronizing meanwhile sees this container in its
         // snapshot or as an event, never neither nor both.
         let _nri_sync = self.nri.block_sync().await;
@@ -239,7 +243,7 @@ impl Daemon {
             .as_ref()
             .map(|r| (r.archive.as_path(), r.criu.as_path()));
         match self
-            .setup_container(record, &config, &pod_config, from)
+            .setup_container(record, &config, &pod_config, from, prepared)
             .await
         {
             Ok(()) => {
@@ -281,6 +285,7 @@ impl Daemon {
         config: &ContainerConfig,
         pod_config: &PodSandboxConfig,
         restore: Option<(&Path, &Path)>,
+        prepared: JoinHandle<()>,
     ) -> Result<()> {
         let id = record.id.clone();
         let pod = self.pod(&record.sandbox_id)?;
@@ -303,6 +308,7 @@ impl Daemon {
             .make_container(
                 &mut record,
                 &mut phases,
+                prepared,
                 &lowerdirs,
                 (config, pod_config, restore),
                 (&pod, &handler, &paths, &staging, userns.as_ref()),
@@ -324,12 +330,30 @@ impl Daemon {
         Ok(())
     }
 
+    /// Asks the pod's shim to start a helper for the create on its way (the shim protocol's
+    /// `prepare`). Only a head start: whatever fails here, the shim still spawns the helper
+    /// at the create.
+    fn prepare_shim_helper(self: &Arc<Self>, pod_id: &str) -> JoinHandle<()> {
+        let daemon = Arc::clone(self);
+        let pod_id = pod_id.to_owned();
+        tokio::spawn(async move {
+            let prepared = match daemon.shims.get(&pod_id).await {
+                Ok(shim) => shim.prepare().await.map_err(Error::from),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = prepared {
+                tracing::debug!(pod = %pod_id, "prepare a shim helper: {e}");
+            }
+        })
+    }
+
     /// The rootfs, volumes, spec and bundle of a container whose image is leased, and the
     /// container in its shim: its init's pid.
     async fn make_container(
         self: &Arc<Self>,
         record: &mut ContainerRecord,
         phases: &mut crate::util::Phases,
+        prepared: JoinHandle<()>,
         lowerdirs: &[PathBuf],
         (config, pod_config, restore): (
             &ContainerConfig,
@@ -465,6 +489,8 @@ impl Daemon {
             }
         }
         phases.mark("bundle");
+        // Asked first, so the create finds its helper waiting.
+        let _ = prepared.await;
         let shim = self.shims.get(&pod.id).await?;
         // A restore runs CRIU, which resets the cgroup2 mount's options.
         let preserved = restore.map(|_| crate::cgroups::root_options::preserve());

@@ -38,7 +38,19 @@ fn main() {
         // SAFETY: the shim placed its log file on LOG_FD for us; nothing else owns it.
         crius_shim::shim_log::init(unsafe { File::from_raw_fd(LOG_FD) });
     }
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == helper::STANDBY) && shim_fd_is_open(REPORT_FD) {
+        // Started ahead of its call (see `helper::STANDBY`): the call comes on fd 3.
+        match helper::await_call() {
+            Ok(Some(call)) => args = call,
+            // The shim did not need us.
+            Ok(None) => std::process::exit(0),
+            Err(e) => {
+                tracing::warn!(target: "crius_shim::helper", error = %e, "standby helper: no call");
+                std::process::exit(2);
+            }
+        }
+    }
     let op = args.first().map(|a| a.to_string_lossy().into_owned());
     let result = run(args);
     if let Err(message) = &result {

@@ -304,10 +304,15 @@ impl Shim {
             Op::Shutdown => {
                 info!(target: "crius_shim", remaining = self.containers.len(), "shutdown requested");
                 self.shutdown_requested = true;
+                self.prepared.clear();
                 Ok(Some(Reply::Done))
             }
             Op::ExecStream(req) => self.exec_stream(token, req).map(|()| None),
             Op::Attach(req) => self.attach(token, req).map(|()| None),
+            Op::Prepare => {
+                self.prepare_helper();
+                Ok(Some(Reply::Done))
+            }
         };
         match result {
             Ok(Some(reply)) => Some(Response::Ok(reply)),

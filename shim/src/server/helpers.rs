@@ -10,7 +10,7 @@ use crius_api::shim::{ErrorKind, Reply, Response, HELPER_TIMEOUT};
 use tracing::warn;
 
 use super::{decode_status, err, Shim, Token};
-use crate::helper::{self, HelperCall, HelperOp, OciCommand, Outcome};
+use crate::helper::{self, Helper, HelperCall, HelperOp, OciCommand, Outcome};
 
 /// How long exits of not-yet-known pids are kept (a process may be reaped before the helper's
 /// report naming it is read, which takes milliseconds); short, as pids get reused.
@@ -78,8 +78,14 @@ impl Shim {
                 options: rt.options.clone(),
             }),
         };
-        let spawned = self.launcher.spawn(&call, stdio)?;
-        self.helper_pids.push(spawned.pid);
+        let spawned = match self.take_prepared(&call, stdio) {
+            Some(helper) => helper,
+            None => {
+                let helper = self.launcher.spawn(&call, stdio)?;
+                self.helper_pids.push(helper.pid);
+                helper
+            }
+        };
         if let Some(c) = self.containers.get_mut(id) {
             c.helpers += 1;
         }
@@ -99,6 +105,49 @@ impl Shim {
             },
         );
         Ok(())
+    }
+
+    /// `prepare`: start a helper that waits for its call, unless two wait already (a pod's
+    /// containers are created one after another, or a few at once).
+    pub(super) fn prepare_helper(&mut self) {
+        const MOST: usize = 2;
+        if self.shutdown_requested || self.terminating || self.prepared.len() >= MOST {
+            return;
+        }
+        match self.launcher.prepare() {
+            Ok(Some(helper)) => {
+                self.helper_pids.push(helper.pid);
+                let until = Instant::now() + crius_api::shim::PREPARED_HELPER_TTL;
+                self.prepared.push_back((helper, until));
+            }
+            Ok(None) => {}
+            Err(e) => warn!(target: "crius_shim", error = %e, "prepare a helper"),
+        }
+    }
+
+    /// A prepared helper, handed `call`; `None` when none is left (or it is gone: the call
+    /// is then spawned as usual, and its exit reaped as any helper's).
+    fn take_prepared(&mut self, call: &HelperCall, stdio: [Option<RawFd>; 3]) -> Option<Helper> {
+        while let Some((helper, _)) = self.prepared.pop_front() {
+            match helper::hand_over(&helper, call, stdio) {
+                Ok(()) => return Some(helper),
+                Err(e) => {
+                    warn!(target: "crius_shim", pid = helper.pid, error = %e, "prepared helper gone")
+                }
+            }
+        }
+        None
+    }
+
+    /// End the prepared helpers nobody used in time: they see their socket close and exit.
+    pub(super) fn expire_prepared(&mut self, now: Instant) {
+        while self
+            .prepared
+            .front()
+            .is_some_and(|(_, until)| now >= *until)
+        {
+            self.prepared.pop_front();
+        }
     }
 
     /// A helper's report socket is readable, or (`exited`) the helper was reaped: a helper that

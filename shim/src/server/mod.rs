@@ -32,7 +32,7 @@ use crius_api::shim::{ErrorKind, Response, ShimError};
 use tracing::{info, warn};
 
 use crate::cgroup::Hierarchies;
-use crate::helper::{Launcher, Spawner};
+use crate::helper::{Helper, Launcher, Spawner};
 use crate::oom::OomWatch;
 use crate::signals::Signals;
 
@@ -81,6 +81,9 @@ pub struct Shim {
     helpers: BTreeMap<u64, PendingHelper>,
     /// Helpers not reaped yet (their reports may already be read).
     helper_pids: Vec<i32>,
+    /// Helpers started ahead of their call (`prepare`), oldest first, with when they end
+    /// unused.
+    prepared: VecDeque<(Helper, Instant)>,
     /// Exits of pids no helper has named yet: (pid, wait status, when).
     orphan_exits: Vec<(i32, i32, Instant)>,
     /// The host's cgroup hierarchies, looked up on first use.
@@ -160,6 +163,7 @@ impl Shim {
             execs: BTreeMap::new(),
             helpers: BTreeMap::new(),
             helper_pids: Vec::new(),
+            prepared: VecDeque::new(),
             orphan_exits: Vec::new(),
             cgroups: None,
             next_id: 1,
@@ -292,6 +296,7 @@ impl Shim {
             .values()
             .flat_map(ExecJob::timers)
             .chain(self.helpers.values().map(|h| h.deadline))
+            .chain(self.prepared.front().map(|(_, until)| Some(*until)))
             .chain(
                 self.containers
                     .values()
@@ -345,6 +350,7 @@ impl Shim {
             }
         }
         self.check_helper_timers(now);
+        self.expire_prepared(now);
     }
 
     /// SIGTERM/SIGINT: kill every container, record the exits, delete them, then exit.
@@ -354,6 +360,7 @@ impl Shim {
         }
         info!(target: "crius_shim", "terminating: killing all containers");
         self.terminating = true;
+        self.prepared.clear();
         let ids: Vec<String> = self.containers.keys().cloned().collect();
         for id in ids {
             let Some(c) = self.containers.get_mut(&id) else {

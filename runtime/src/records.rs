@@ -111,6 +111,24 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         Ok(Some(value))
     }
 
+    /// [`Self::update`] without a disk flush ([`Store::put_unflushed`]): for a change crius
+    /// learns again from the shim after a crash.
+    pub fn update_unflushed(
+        &self,
+        store: &Store,
+        id: &str,
+        f: impl FnOnce(&mut T),
+    ) -> Result<Option<T>> {
+        let mut map = self.write();
+        let Some(mut value) = map.get(id).cloned() else {
+            return Ok(None);
+        };
+        f(&mut value);
+        store.put_unflushed(self.table, id, &value)?;
+        map.insert(id.to_string(), value.clone());
+        Ok(Some(value))
+    }
+
     pub fn remove(&self, store: &Store, id: &str) -> Result<()> {
         let mut map = self.write();
         store.delete(self.table, id)?;

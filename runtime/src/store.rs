@@ -201,6 +201,21 @@ impl Store {
         })
     }
 
+    /// Writes one record without a disk flush: the next durable commit carries it, and a
+    /// crash before one loses it. Only for what crius learns again after a restart (a
+    /// container's start, which its shim reports).
+    pub fn put_unflushed<T: Serialize>(&self, table: Table, key: &str, value: &T) -> Result<()> {
+        let bytes = serde_json::to_vec(value).map_err(|source| StoreError::Encode {
+            table,
+            key: key.to_string(),
+            source,
+        })?;
+        self.write_with(table, key, redb::Durability::None, |t| {
+            t.insert(key, bytes.as_slice())?;
+            Ok(())
+        })
+    }
+
     /// Reads one record.
     pub fn get<T: DeserializeOwned>(&self, table: Table, key: &str) -> Result<Option<T>> {
         let err = db_err(table, key);
@@ -344,8 +359,19 @@ impl Store {
         key: &str,
         f: impl FnOnce(&mut redb::Table<&str, &[u8]>) -> std::result::Result<(), redb::Error>,
     ) -> Result<()> {
+        self.write_with(table, key, redb::Durability::Immediate, f)
+    }
+
+    fn write_with(
+        &self,
+        table: Table,
+        key: &str,
+        durability: redb::Durability,
+        f: impl FnOnce(&mut redb::Table<&str, &[u8]>) -> std::result::Result<(), redb::Error>,
+    ) -> Result<()> {
         let err = db_err(table, key);
-        let txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        txn.set_durability(durability).map_err(|e| err(e.into()))?;
         {
             let mut t = txn.open_table(table.def()).map_err(|e| err(e.into()))?;
             f(&mut t).map_err(&err)?;

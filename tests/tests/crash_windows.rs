@@ -142,3 +142,39 @@ async fn a_start_the_database_missed_is_recovered_from_the_shim() {
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
 }
+
+/// StartContainer writes `Running` without a disk flush: crius killed right after it answered
+/// may come back with the record still saying created. The recovery learns the start from
+/// the shim: the container is RUNNING with its start time, and stops for real.
+#[tokio::test]
+async fn a_start_crius_died_right_after_is_still_running_after_a_restart() {
+    let mut env = Env::with_image(126).await;
+    let config = env.pod_config("unflushed", false);
+    let pod = env.run_pod(config.clone()).await;
+    let worker = env.container_config("worker", &["sleep", "1000"]);
+    let c = env.create_start(&pod, &config, worker).await;
+    let before = env.status(&c).await;
+    assert_eq!(before.state, ContainerState::ContainerRunning as i32);
+    env.crius.kill9().unwrap();
+    env.crius.restart().await.unwrap();
+
+    let s = env.status(&c).await;
+    assert_eq!(s.state, ContainerState::ContainerRunning as i32, "{s:?}");
+    assert!(s.started_at > 0, "{s:?}");
+    // The shim's start time, a moment after the one crius took before asking for the start.
+    let drift = (s.started_at - before.started_at).abs();
+    assert!(drift < 5_000_000_000, "{s:?} against {before:?}");
+    let again = env
+        .rt()
+        .start_container(StartContainerRequest {
+            container_id: c.clone(),
+        })
+        .await;
+    assert!(again.is_err(), "a running container started twice");
+    env.stop(&c, 2).await;
+    let s = env.status(&c).await;
+    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+    env.remove(&c).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

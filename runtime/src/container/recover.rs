@@ -99,11 +99,16 @@ impl Daemon {
                     // The shim has the truth: a crius killed between the shim's start and the
                     // database write left a record that says created for a process that runs
                     // (or ran).
+                    // (StartContainer's `Running` is not flushed to disk, so this is any
+                    // crash soon after a start.) A container its shim no longer has is
+                    // settled by the watcher, as a running one's would be.
                     if let Ok(shim) = self.shims.get(&c.sandbox_id).await {
-                        if let Ok(info) = shim.state(&c.id).await {
-                            if !self.adopt_shim_state(&c, &info) {
-                                self.watch_exit(c.sandbox_id.clone(), c.id.clone());
-                            }
+                        let adopted = match shim.state(&c.id).await {
+                            Ok(info) => self.adopt_shim_state(&c, &info),
+                            Err(_) => false,
+                        };
+                        if !adopted {
+                            self.watch_exit(c.sandbox_id.clone(), c.id.clone());
                         }
                     } else {
                         self.settle_lost(&c.sandbox_id, &c.id, "shim not reachable at start");

@@ -30,7 +30,9 @@ impl Daemon {
         // its finish time must not come before its start time.
         let started_at = now_nanos();
         let pid = shim.start(&c.id).await?;
-        self.containers.update(&self.store, &c.id, |r| {
+        // Not flushed to disk: should crius die before its next durable commit, the recovery
+        // learns the start from the shim (`adopt_shim_state`) and records it again.
+        self.containers.update_unflushed(&self.store, &c.id, |r| {
             // The watcher started at create follows the init through its start to its exit,
             // and may already have recorded the exit of a quick process: never undo that.
             if r.state == ContainerState::Created {

@@ -412,14 +412,30 @@ impl ImageStore {
     /// removal is not synced (it saves a directory fsync per RemoveContainer): after a power
     /// loss the lease may be back, and the daemon releases, at its start, every lease whose
     /// holder it does not know ([`ImageStore::lease_holders`]).
+    /// A collection follows only when the lease held a snapshot nothing else references
+    /// (its image was removed meanwhile): usually the image is still there and there is
+    /// nothing to free, and a RemoveContainer need not list the content store.
     pub async fn release(&self, holder: &str) -> Result<()> {
         check_holder(holder)?;
-        let had = {
+        let held = {
             let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
             self.inner.leases_dir.delete_unsynced(holder)?;
-            leases.remove(holder).is_some()
+            leases.remove(holder)
         };
-        if had {
+        let Some(chains) = held else {
+            return Ok(());
+        };
+        // In the collection's lock order (records, then leases). What changes meanwhile is
+        // harmless: the collection works out what is referenced again.
+        let freed = {
+            let records = self.inner.records.read().map_err(|_| poisoned())?;
+            let leases = self.inner.leases.read().map_err(|_| poisoned())?;
+            chains.iter().any(|c| {
+                !records.values().any(|r| r.chain_ids.contains(c))
+                    && !leases.values().any(|l| l.contains(c))
+            })
+        };
+        if freed {
             self.gc().await?;
         }
         Ok(())

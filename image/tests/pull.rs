@@ -545,6 +545,32 @@ async fn lease_keeps_snapshots_until_released() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_goes_with_the_last_lease_of_a_removed_image() {
+    let reg = Registry::start();
+    Pusher::new(&reg)
+        .image("crius/twice", "v1", &ImageSpec::new(vec![busybox_layer()]))
+        .await;
+    let root = root();
+    let store = open(root.path(), None);
+    let name = format!("{}/crius/twice:v1", reg.host());
+    store.pull(&name, &Auth::default()).await.unwrap();
+    let dirs = store.lease("crius-ctr-a", &name).unwrap();
+    store.lease("crius-ctr-b", &name).unwrap();
+    // The image is still there: releasing frees nothing.
+    store.release("crius-ctr-a").await.unwrap();
+    assert!(dirs[0].join("bin/busybox").exists());
+    store.lease("crius-ctr-a", &name).unwrap();
+    store.remove(&name).await.unwrap();
+    store.release("crius-ctr-a").await.unwrap();
+    assert!(dirs[0].join("bin/busybox").exists(), "still leased by b");
+    store.release("crius-ctr-b").await.unwrap();
+    assert!(
+        !dirs[0].exists(),
+        "the last lease of a removed image frees its snapshot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deferred_lease_holds_before_its_file_is_written() {
     let reg = Registry::start();
     Pusher::new(&reg)

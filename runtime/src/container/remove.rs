@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use super::{volumes, ContainerPaths, ContainerState};
+use super::{volumes, ContainerPaths, ContainerRecord, ContainerState};
 use crate::cgroups;
 use crate::daemon::Daemon;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::mounts;
 use crate::trash;
 use crate::util::LockGuard;
@@ -41,14 +41,23 @@ impl Daemon {
         trash::discard(&trash::dir(&self.config.state), &paths.bundle)?;
         trash::discard(&trash::dir(&self.config.root), &paths.layer)?;
         phases.mark("dirs");
-        self.images.release(id).await?;
-        for (i, m) in c.config().mounts.iter().enumerate() {
-            if m.image.as_ref().is_some_and(|s| !s.image.is_empty()) {
-                self.images.release(&volumes::image_lease(id, i)).await?;
-            }
-        }
+        // The record and its name go in one durable commit on a blocking thread while the
+        // image leases are released: a crash between the two leaves a lease whose holder
+        // crius does not know, which the next start releases, or a record whose leases are
+        // gone, which the next RemoveContainer removes (releasing is idempotent).
+        let forget = {
+            let daemon = Arc::clone(self);
+            let (id, name) = (id.to_owned(), c.name.clone());
+            tokio::task::spawn_blocking(move || {
+                daemon.containers.remove_named(&daemon.store, &id, &name)
+            })
+        };
+        let released = self.release_leases(id, &c).await;
         phases.mark("image_release");
-        self.containers.remove_named(&self.store, id, &c.name)?;
+        forget
+            .await
+            .map_err(|e| Error::internal("remove the container's record", e))??;
+        released?;
         phases.mark("records");
         let updates = self
             .nri
@@ -66,6 +75,17 @@ impl Daemon {
             });
         }
         tracing::debug!(container = id, phases = %phases, "remove phases");
+        Ok(())
+    }
+
+    /// The container's image leases: its image's and its image volumes'.
+    async fn release_leases(&self, id: &str, c: &ContainerRecord) -> Result<()> {
+        self.images.release(id).await?;
+        for (i, m) in c.config().mounts.iter().enumerate() {
+            if m.image.as_ref().is_some_and(|s| !s.image.is_empty()) {
+                self.images.release(&volumes::image_lease(id, i)).await?;
+            }
+        }
         Ok(())
     }
 

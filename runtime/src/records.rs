@@ -101,14 +101,7 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
     /// The map stays locked from the read to the write, so an update racing a `remove` cannot
     /// bring the removed record back.
     pub fn update(&self, store: &Store, id: &str, f: impl FnOnce(&mut T)) -> Result<Option<T>> {
-        let mut map = self.write();
-        let Some(mut value) = map.get(id).cloned() else {
-            return Ok(None);
-        };
-        f(&mut value);
-        store.put(self.table, id, &value)?;
-        map.insert(id.to_string(), value.clone());
-        Ok(Some(value))
+        self.update_with(id, f, |table, value| store.put(table, id, value))
     }
 
     /// [`Self::update`] without a disk flush ([`Store::put_unflushed`]): for a change crius
@@ -119,12 +112,21 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         id: &str,
         f: impl FnOnce(&mut T),
     ) -> Result<Option<T>> {
+        self.update_with(id, f, |table, value| store.put_unflushed(table, id, value))
+    }
+
+    fn update_with(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut T),
+        write: impl FnOnce(Table, &T) -> crate::store::Result<()>,
+    ) -> Result<Option<T>> {
         let mut map = self.write();
         let Some(mut value) = map.get(id).cloned() else {
             return Ok(None);
         };
         f(&mut value);
-        store.put_unflushed(self.table, id, &value)?;
+        write(self.table, &value)?;
         map.insert(id.to_string(), value.clone());
         Ok(Some(value))
     }

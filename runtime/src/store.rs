@@ -190,27 +190,29 @@ impl Store {
 
     /// Writes (inserts or replaces) one record.
     pub fn put<T: Serialize>(&self, table: Table, key: &str, value: &T) -> Result<()> {
-        let bytes = serde_json::to_vec(value).map_err(|source| StoreError::Encode {
-            table,
-            key: key.to_string(),
-            source,
-        })?;
-        self.write(table, key, |t| {
-            t.insert(key, bytes.as_slice())?;
-            Ok(())
-        })
+        self.put_with(table, key, value, redb::Durability::Immediate)
     }
 
     /// Writes one record without a disk flush: the next durable commit carries it, and a
     /// crash before one loses it. Only for what crius learns again after a restart (a
     /// container's start, which its shim reports).
     pub fn put_unflushed<T: Serialize>(&self, table: Table, key: &str, value: &T) -> Result<()> {
+        self.put_with(table, key, value, redb::Durability::None)
+    }
+
+    fn put_with<T: Serialize>(
+        &self,
+        table: Table,
+        key: &str,
+        value: &T,
+        durability: redb::Durability,
+    ) -> Result<()> {
         let bytes = serde_json::to_vec(value).map_err(|source| StoreError::Encode {
             table,
             key: key.to_string(),
             source,
         })?;
-        self.write_with(table, key, redb::Durability::None, |t| {
+        self.write_with(table, key, durability, |t| {
             t.insert(key, bytes.as_slice())?;
             Ok(())
         })

@@ -117,16 +117,7 @@ async fn a_start_the_database_missed_is_recovered_from_the_shim() {
     let s = env.status(&c).await;
     assert_eq!(s.state, ContainerState::ContainerRunning as i32, "{s:?}");
     assert!(s.started_at > 0, "{s:?}");
-    let again = env
-        .rt()
-        .start_container(StartContainerRequest {
-            container_id: c.clone(),
-        })
-        .await;
-    assert!(again.is_err(), "a running container started twice");
-    env.stop(&c, 2).await;
-    let s = env.status(&c).await;
-    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+    refuses_a_second_start_and_stops(&env, &c).await;
     for _ in 0..50 {
         if !alive(pid) {
             break;
@@ -164,17 +155,22 @@ async fn a_start_crius_died_right_after_is_still_running_after_a_restart() {
     // The shim's start time, a moment after the one crius took before asking for the start.
     let drift = (s.started_at - before.started_at).abs();
     assert!(drift < 5_000_000_000, "{s:?} against {before:?}");
-    let again = env
-        .rt()
-        .start_container(StartContainerRequest {
-            container_id: c.clone(),
-        })
-        .await;
-    assert!(again.is_err(), "a running container started twice");
-    env.stop(&c, 2).await;
-    let s = env.status(&c).await;
-    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+    refuses_a_second_start_and_stops(&env, &c).await;
     env.remove(&c).await;
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
+}
+
+/// A container recovered as running: StartContainer refuses it, StopContainer ends it.
+async fn refuses_a_second_start_and_stops(env: &Env, c: &str) {
+    let again = env
+        .rt()
+        .start_container(StartContainerRequest {
+            container_id: c.to_owned(),
+        })
+        .await;
+    assert!(again.is_err(), "a running container started twice");
+    env.stop(c, 2).await;
+    let s = env.status(c).await;
+    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
 }

@@ -129,9 +129,6 @@ impl Daemon {
                 pod.id
             )));
         }
-        // The shim starts this create's helper now, while the record is written and the
-        // rootfs and spec are made: its exec and start are then off the create's path.
-        let prepared = self.prepare_shim_helper(&pod.id);
         // Held to the end: a plugin synchronizing meanwhile sees this container in its
         // snapshot or as an event, never neither nor both.
         let _nri_sync = self.nri.block_sync().await;
@@ -193,6 +190,10 @@ impl Daemon {
                 (image_name, image)
             }
         };
+        // The request is good and its image here: the shim starts this create's helper now,
+        // while the record is written and the rootfs and spec are made, so its exec and start
+        // are off the create's path.
+        let prepared = self.prepare_shim_helper(&pod.id);
         let id = new_id().map_err(|e| Error::internal("draw a container id", e))?;
         let log_path = match (
             pod_config.log_directory.is_empty(),

@@ -1188,12 +1188,5 @@ async fn exited_containers_give_back_mounts_and_cgroups() {
     let s = env.status(&sleeper).await;
     assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
 
-    env.remove(&done).await;
-    env.remove(&sleeper).await;
-    assert!(env
-        .list_containers(ContainerFilter::default())
-        .await
-        .is_empty());
-    env.remove_pod(&pod).await;
-    env.assert_no_leaks().await;
+    env.remove_all_and_check(&[&done, &sleeper], &pod).await;
 }

@@ -69,14 +69,7 @@ async fn a_stop_or_remove_the_database_missed_is_settled() {
         let s = env.wait_exited(id, Duration::from_secs(10)).await;
         assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
     }
-    env.remove(&removed).await;
-    env.remove(&stopped).await;
-    assert!(env
-        .list_containers(ContainerFilter::default())
-        .await
-        .is_empty());
-    env.remove_pod(&pod).await;
-    env.assert_no_leaks().await;
+    env.remove_all_and_check(&[&removed, &stopped], &pod).await;
 }
 
 /// crius dies after its shim started a container and before `Running` was written: the

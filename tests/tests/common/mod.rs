@@ -588,6 +588,18 @@ impl Env {
         assert!(procs.is_empty(), "pod {id} left processes: {procs:?}");
     }
 
+    /// The end of a test: `containers` removed, none listed any more, `pod` removed, nothing
+    /// leaked ([`Env::assert_no_leaks`]).
+    pub async fn remove_all_and_check(&self, containers: &[&str], pod: &str) {
+        for id in containers {
+            self.remove(id).await;
+        }
+        let left = self.list_containers(ContainerFilter::default()).await;
+        assert!(left.is_empty(), "containers left: {left:?}");
+        self.remove_pod(pod).await;
+        self.assert_no_leaks().await;
+    }
+
     /// [`Env::assert_pod_gone`] for every pod of the test, and nothing mounted under the
     /// daemon's dir, no container left in the state dir.
     pub async fn assert_no_leaks(&self) {

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod error;
 pub mod events;
 pub mod handlers;
+pub mod heap;
 pub mod layout;
 pub mod logging;
 pub mod mounts;

@@ -348,24 +348,8 @@ fn raise_nofile() {
     );
 }
 
-/// At most two glibc malloc arenas instead of eight per core: every thread that meets
-/// contention on an arena gets one of its own, and each keeps the memory freed into it, so the
-/// daemon's many short-lived blocking threads (shim starts, file work) left a resident heap
-/// behind in each. The daemon's allocations are small and rare enough that two do not contend.
-fn limit_malloc_arenas() {
-    #[cfg(target_env = "gnu")]
-    {
-        // SAFETY: mallopt only sets a parameter of the allocator; called before any thread
-        // other than main exists.
-        let ok = unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
-        if ok != 1 {
-            eprintln!("crius: mallopt(M_ARENA_MAX) refused");
-        }
-    }
-}
-
 fn run(cli: Cli) -> anyhow::Result<()> {
-    limit_malloc_arenas();
+    crius::heap::single_arena();
     let config = load_config(&cli)?;
     let log = crius::logging::init(&config.log_level, config.log_format)?;
 
@@ -388,6 +372,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let in_force = config.clone();
         let daemon = Daemon::open(config)?;
         daemon.start().await?;
+        // What start-up and recovery freed first, then every half minute what bursts free.
+        crius::heap::trim_periodically();
         let admin = daemon.config().state.join(crius::admin::SOCKET_NAME);
         crius::admin::server::serve(daemon.clone(), &admin)?;
         crius::reload::on_hangup(hangup, log, daemon.clone(), in_force, move || {

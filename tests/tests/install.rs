@@ -42,6 +42,26 @@ fn make_install(vars: &[String]) {
     );
 }
 
+/// Whether the ELF file at `path` names a program interpreter (a `PT_INTERP` program header):
+/// a dynamically linked executable does, a static one (also static-pie) does not.
+fn has_interpreter(path: &Path) -> bool {
+    const PT_INTERP: u32 = 3;
+    let elf = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        &elf[..5],
+        b"\x7fELF\x02",
+        "{}: not a 64-bit ELF file",
+        path.display()
+    );
+    let u16_at = |at: usize| u16::from_le_bytes([elf[at], elf[at + 1]]) as usize;
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    (0..phnum).any(|i| {
+        let at = phoff + i * phentsize;
+        u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) == PT_INTERP
+    })
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -57,7 +77,10 @@ fn make_install_puts_binaries_unit_config_and_a_network_in_place() {
     make_install(&[format!("DESTDIR={}", dest.display()), "PREFIX=/usr".into()]);
 
     for bin in ["crius", "crius-shim", "crius-shim-helper"] {
-        assert_eq!(mode(&dest.join("usr/bin").join(bin)), 0o755, "{bin}");
+        let path = dest.join("usr/bin").join(bin);
+        assert_eq!(mode(&path), 0o755, "{bin}");
+        // Linked statically (the Makefile's STATIC_ENV): no ld.so, no libc.so mapped.
+        assert!(!has_interpreter(&path), "{bin} is a dynamic executable");
     }
     let unit_path = dest.join("usr/lib/systemd/system/crius.service");
     assert_eq!(mode(&unit_path), 0o644);

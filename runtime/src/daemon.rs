@@ -218,6 +218,7 @@ impl Daemon {
                 .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
         }
         self.release_orphan_leases().await;
+        self.flush_store_later();
         self.recover_containers().await;
         self.recover_pods().await;
         self.start_nri();
@@ -237,6 +238,30 @@ impl Daemon {
             }
         });
         Ok(())
+    }
+
+    /// Keeps unflushed writes (a container's create and start, see `Store::put_unflushed`)
+    /// from waiting on disk for long: [`crate::store::FLUSH_WITHIN`] after one, an empty
+    /// durable commit carries it and every write since (unless a call's own durable commit has
+    /// meanwhile, which makes this one cheap). On a blocking thread, off every call's path.
+    fn flush_store_later(self: &Arc<Self>) {
+        let unflushed = self.store.unflushed_writes();
+        let daemon = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                unflushed.notified().await;
+                tokio::time::sleep(crate::store::FLUSH_WITHIN).await;
+                let daemon = daemon.clone();
+                let flushed =
+                    tokio::task::spawn_blocking(move || daemon.upgrade().map(|d| d.store.flush()))
+                        .await;
+                match flushed {
+                    Ok(Some(Ok(()))) => {}
+                    Ok(Some(Err(e))) => tracing::warn!("flush the database: {e}"),
+                    Ok(None) | Err(_) => return,
+                }
+            }
+        });
     }
 
     /// Releases the image leases of containers crius does not have: a lease's removal is not

@@ -79,6 +79,15 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         Ok(())
     }
 
+    /// [`Self::put`] without a disk flush ([`Store::put_unflushed`]): for a record crius can
+    /// learn again after a crash from what the durable one and the shim say.
+    pub fn put_unflushed(&self, store: &Store, id: &str, value: T) -> Result<()> {
+        let mut map = self.write();
+        store.put_unflushed(self.table, id, &value)?;
+        map.insert(id.to_string(), value);
+        Ok(())
+    }
+
     /// Reserves the CRI `name` for `id` and writes `value` durably in one database
     /// transaction, then makes it visible. `Some(holder)` (nothing written) when another id
     /// holds the name.

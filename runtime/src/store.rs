@@ -6,6 +6,7 @@
 //! The database carries a schema version; a database written by a newer crius is refused.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
@@ -93,7 +94,12 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 pub struct Store {
     db: Database,
     path: PathBuf,
+    /// Notified by every unflushed write.
+    unflushed: Arc<tokio::sync::Notify>,
 }
+
+/// How long an unflushed write may wait for a durable commit to carry it to disk.
+pub const FLUSH_WITHIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -167,7 +173,11 @@ impl Store {
             }
         }
         txn.commit().map_err(|e| open_err(e.into()))?;
-        Ok(Store { db, path })
+        Ok(Store {
+            db,
+            path,
+            unflushed: Arc::default(),
+        })
     }
 
     /// Where the database file is.
@@ -195,9 +205,19 @@ impl Store {
 
     /// Writes one record without a disk flush: the next durable commit carries it, and a
     /// crash before one loses it. Only for what crius learns again after a restart (a
-    /// container's start, which its shim reports).
+    /// container's create and start, which its shim reports).
     pub fn put_unflushed<T: Serialize>(&self, table: Table, key: &str, value: &T) -> Result<()> {
         self.put_with(table, key, value, redb::Durability::None)
+    }
+
+    /// A durable commit of nothing, which carries every unflushed write before it to disk.
+    pub fn flush(&self) -> Result<()> {
+        self.write_with(Table::Names, "", redb::Durability::Immediate, |_| Ok(()))
+    }
+
+    /// Notified after every unflushed write (see `Daemon::flush_store_later`).
+    pub fn unflushed_writes(&self) -> Arc<tokio::sync::Notify> {
+        self.unflushed.clone()
     }
 
     fn put_with<T: Serialize>(
@@ -212,10 +232,15 @@ impl Store {
             key: key.to_string(),
             source,
         })?;
+        let unflushed = matches!(durability, redb::Durability::None);
         self.write_with(table, key, durability, |t| {
             t.insert(key, bytes.as_slice())?;
             Ok(())
-        })
+        })?;
+        if unflushed {
+            self.unflushed.notify_one();
+        }
+        Ok(())
     }
 
     /// Reads one record.

@@ -327,7 +327,10 @@ impl Daemon {
         phases.mark("shim_create");
         tracing::debug!(container = %id, phases = %phases, "create phases");
         record.state = ContainerState::Created;
-        self.containers.put(&self.store, &id, record)?;
+        // Not flushed: after a crash the durable record says creating, and recovery adopts a
+        // container its shim has created and whose image lease is on disk (what this write
+        // waited for), as this one is (`adopt_created`).
+        self.containers.put_unflushed(&self.store, &id, record)?;
         Ok(())
     }
 

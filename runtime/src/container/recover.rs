@@ -1,5 +1,6 @@
-//! At start: interrupted creates removed, running containers followed again, and those that
-//! ended while crius was away given their exit.
+//! At start: interrupted creates removed, finished ones whose record the crash lost adopted,
+//! running containers followed again, and those that ended while crius was away given their
+//! exit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +56,57 @@ impl Daemon {
         true
     }
 
+    /// A record that says creating for a container whose create may have finished: its image
+    /// lease is on disk, which CreateContainer waits for before it records the container
+    /// created (a write it does not flush). If the shim has the container, the record says
+    /// created again, and then whatever the shim has seen since. If the shim itself is gone,
+    /// nobody can tell whether the create finished: the container is kept and settled as a
+    /// created one whose shim died is, rather than lost. Returns whether it was kept; if not,
+    /// the create was cut short and is undone.
+    async fn adopt_created(self: &Arc<Self>, c: &ContainerRecord) -> bool {
+        match self.images.lease_holders() {
+            Ok(holders) if holders.contains(&c.id) => {}
+            _ => return false,
+        }
+        let Ok(shim) = self.shims.get(&c.sandbox_id).await else {
+            if self.mark_created(c, None).is_some() {
+                self.settle_lost(&c.sandbox_id, &c.id, "shim not reachable at start");
+                return true;
+            }
+            return false;
+        };
+        let Ok(info) = shim.state(&c.id).await else {
+            return false;
+        };
+        if matches!(info.status, ShimStatus::Creating) {
+            return false;
+        }
+        let pid = info.pid.and_then(|p| u32::try_from(p).ok());
+        let Some(record) = self.mark_created(c, pid) else {
+            return false;
+        };
+        tracing::info!(container = %c.id, "the shim created this container before crius recorded it");
+        if !self.adopt_shim_state(&record, &info) {
+            self.watch_exit(record.sandbox_id.clone(), record.id.clone());
+        }
+        true
+    }
+
+    /// Records `c` created (durably), with its init's `pid`.
+    fn mark_created(&self, c: &ContainerRecord, pid: Option<u32>) -> Option<ContainerRecord> {
+        let marked = self.containers.update(&self.store, &c.id, |r| {
+            r.state = ContainerState::Created;
+            r.pid = pid;
+        });
+        match marked {
+            Ok(record) => record,
+            Err(e) => {
+                tracing::error!(container = %c.id, "record an adopted create: {e}");
+                None
+            }
+        }
+    }
+
     /// Removes a container whose create crius did not see through. Its shim may still be
     /// creating it (the shim outlived crius and refuses a delete until the create is done), so
     /// this retries for a while.
@@ -87,6 +139,9 @@ impl Daemon {
         for c in self.containers.all() {
             match c.state {
                 ContainerState::Creating => {
+                    if self.adopt_created(&c).await {
+                        continue;
+                    }
                     tracing::info!(container = %c.id, "removing a container whose create was interrupted");
                     let daemon = Arc::clone(self);
                     tokio::spawn(async move { daemon.remove_interrupted(&c.id).await });

@@ -78,9 +78,10 @@ build: check-rust
 	$(STATIC_SHIM)
 	$(STATIC_CRIUS)
 
-# crius finds crius-shim beside itself: the release-shim builds are linked in next to it.
+# crius finds crius-shim beside itself: the release-shim builds are linked in next to it. The
+# daemon's dynamic release build would be a second LTO link of it for nothing.
 build-release: check-rust
-	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release --workspace --bins --exclude crius
 	$(STATIC_SHIM) --profile release-shim
 	$(STATIC_CRIUS) --release
 	ln -f target/$(HOST_TRIPLE)/release-shim/crius-shim target/$(HOST_TRIPLE)/release-shim/crius-shim-helper \

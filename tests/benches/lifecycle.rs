@@ -4,8 +4,9 @@
 //! Build the release binaries first, then run the bench (as root, like the e2e tests):
 //!
 //! ```text
-//! make build-release    # crius in target/release, the shim as installed in target/release-shim
-//! CRIUS_SHIM_BIN=target/release-shim/crius-shim \
+//! make build-release    # crius and the shim as installed, in target/<host-triple>/release{,-shim}
+//! CRIUS_BIN=target/x86_64-unknown-linux-gnu/release/crius \
+//!   CRIUS_SHIM_BIN=target/x86_64-unknown-linux-gnu/release-shim/crius-shim \
 //!   cargo bench -p crius-tests --bench lifecycle -- [--iterations 50] [--pods 50]
 //! ```
 //!

@@ -75,12 +75,28 @@ impl Daemon {
             }
             return false;
         };
-        let Ok(info) = shim.state(&c.id).await else {
-            return false;
+        let info = match shim.state(&c.id).await {
+            Ok(info) if info.status != ShimStatus::Creating => info,
+            // Still creating: crius died before it could answer, so the create is undone
+            // once the shim is done with it.
+            Ok(_) => return false,
+            // Never created, or deleted since.
+            Err(e)
+                if e.shim_error()
+                    .is_some_and(|s| s.kind == crius_api::shim::ErrorKind::NotFound) =>
+            {
+                return false
+            }
+            // No answer: kept and followed as a created container is, whose watcher settles it.
+            Err(e) => {
+                tracing::warn!(container = %c.id, "state of a container being created: {e}");
+                let Some(record) = self.mark_created(c, None) else {
+                    return false;
+                };
+                self.watch_exit(record.sandbox_id, record.id);
+                return true;
+            }
         };
-        if matches!(info.status, ShimStatus::Creating) {
-            return false;
-        }
         let pid = info.pid.and_then(|p| u32::try_from(p).ok());
         let Some(record) = self.mark_created(c, pid) else {
             return false;

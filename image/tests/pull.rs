@@ -517,16 +517,27 @@ async fn escaping_tar_is_refused() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_keeps_snapshots_until_released() {
-    let reg = Registry::start();
-    Pusher::new(&reg)
-        .image("crius/leased", "v1", &ImageSpec::new(vec![busybox_layer()]))
+/// A store under a new root that has pulled `crius/<repo>:v1`, a busybox image pushed to `reg`;
+/// returns the root (keep it), the store and the image's name.
+async fn pulled_busybox(reg: &Registry, repo: &str) -> (tempfile::TempDir, ImageStore, String) {
+    Pusher::new(reg)
+        .image(
+            &format!("crius/{repo}"),
+            "v1",
+            &ImageSpec::new(vec![busybox_layer()]),
+        )
         .await;
     let root = root();
     let store = open(root.path(), None);
-    let name = format!("{}/crius/leased:v1", reg.host());
+    let name = format!("{}/crius/{repo}:v1", reg.host());
     store.pull(&name, &Auth::default()).await.unwrap();
+    (root, store, name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_keeps_snapshots_until_released() {
+    let reg = Registry::start();
+    let (root, store, name) = pulled_busybox(&reg, "leased").await;
     let dirs = store.lease("crius-ctr-1", &name).unwrap();
     store.remove(&name).await.unwrap();
     assert!(dirs[0].join("bin/busybox").exists(), "leased snapshot kept");
@@ -547,13 +558,7 @@ async fn lease_keeps_snapshots_until_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_goes_with_the_last_lease_of_a_removed_image() {
     let reg = Registry::start();
-    Pusher::new(&reg)
-        .image("crius/twice", "v1", &ImageSpec::new(vec![busybox_layer()]))
-        .await;
-    let root = root();
-    let store = open(root.path(), None);
-    let name = format!("{}/crius/twice:v1", reg.host());
-    store.pull(&name, &Auth::default()).await.unwrap();
+    let (_root, store, name) = pulled_busybox(&reg, "twice").await;
     let dirs = store.lease("crius-ctr-a", &name).unwrap();
     store.lease("crius-ctr-b", &name).unwrap();
     // The image is still there: releasing frees nothing.
@@ -573,17 +578,7 @@ async fn a_snapshot_goes_with_the_last_lease_of_a_removed_image() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deferred_lease_holds_before_its_file_is_written() {
     let reg = Registry::start();
-    Pusher::new(&reg)
-        .image(
-            "crius/deferred",
-            "v1",
-            &ImageSpec::new(vec![busybox_layer()]),
-        )
-        .await;
-    let root = root();
-    let store = open(root.path(), None);
-    let name = format!("{}/crius/deferred:v1", reg.host());
-    store.pull(&name, &Auth::default()).await.unwrap();
+    let (root, store, name) = pulled_busybox(&reg, "deferred").await;
     let (dirs, file) = store.lease_deferred("crius-ctr-2", &name).unwrap();
     // Held in memory already: removing the image and collecting keep the snapshot.
     store.remove(&name).await.unwrap();

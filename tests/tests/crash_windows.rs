@@ -184,7 +184,7 @@ async fn a_create_crius_died_right_after_is_kept_after_a_restart() {
         env.crius.restart().await.unwrap();
         let s = env.status(&c).await;
         assert_eq!(s.state, ContainerState::ContainerCreated as i32, "{s:?}");
-        if env.crius.log().matches(ADOPTED_CREATE).count() > 0 {
+        if env.crius.log().contains(ADOPTED_CREATE) {
             break;
         }
         assert!(

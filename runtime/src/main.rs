@@ -385,12 +385,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             state = %daemon.config().state.display(),
             "crius starting"
         );
-        // Start-up is over: the code and constants only it used stop counting in crius's
-        // memory (see text_pages).
-        match crius::text_pages::release() {
-            Ok(bytes) => tracing::debug!(bytes, "released the binary's start-up pages"),
-            Err(e) => tracing::warn!("release the binary's start-up pages: {e}"),
-        }
+        // Once start-up is over, the code and constants only it used stop counting in
+        // crius's memory (see text_pages): a few seconds into serving, when the tasks start
+        // spawned (image GC, NRI, the server's own set-up) have run too.
+        tokio::spawn(async {
+            tokio::time::sleep(crius::text_pages::RELEASE_AFTER).await;
+            match crius::text_pages::release() {
+                Ok(bytes) => tracing::debug!(bytes, "released the binary's start-up pages"),
+                Err(e) => tracing::warn!("release the binary's start-up pages: {e}"),
+            }
+        });
         let served = server::serve(daemon, socket, signals).await;
         // Like the CRI socket: no socket file left for a crius that is gone.
         if let Err(e) = std::fs::remove_file(&admin) {

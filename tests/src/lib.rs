@@ -42,6 +42,12 @@ pub use error::{Error, Result};
 pub use http::Response;
 pub use testdir::{unmount_all_under, TestDir};
 
+/// The repository (the Makefile's directory): the parent of this crate's.
+pub fn repo_dir() -> std::path::PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
 

@@ -8,27 +8,19 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crius_api::v1::runtime_service_client::RuntimeServiceClient;
 use crius_api::v1::*;
-use crius_tests::TestDir;
-
-/// The repository (the Makefile's directory).
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use crius_tests::{repo_dir, TestDir};
 
 /// `make install PROFILE=debug` with `vars`; the debug build exists when tests run.
 fn make_install(vars: &[String]) {
     let out = Command::new("make")
         .arg("-C")
-        .arg(repo())
+        .arg(repo_dir())
         .arg("install")
         .arg("PROFILE=debug")
         .args(vars)
@@ -100,7 +92,7 @@ fn make_install_puts_binaries_unit_config_and_a_network_in_place() {
         );
     }
     let config = dest.join("etc/crius/config.toml");
-    let default = Command::new(repo().join("target/debug/crius"))
+    let default = Command::new(repo_dir().join("target/debug/crius"))
         .args(["config", "default"])
         .output()
         .unwrap();
@@ -352,10 +344,10 @@ fn make_deb_packages_what_make_install_installs() {
         return;
     }
     let began = Instant::now();
-    run(Command::new("make").arg("-C").arg(repo()).arg("deb"));
+    run(Command::new("make").arg("-C").arg(repo_dir()).arg("deb"));
     eprintln!("make deb took {:?}", began.elapsed());
     let arch = run(Command::new("dpkg").arg("--print-architecture"));
-    let deb = repo().join(format!(
+    let deb = repo_dir().join(format!(
         "target/debian/crius_{}-1_{}.deb",
         env!("CARGO_PKG_VERSION"),
         arch.trim()
@@ -409,7 +401,7 @@ fn make_deb_packages_what_make_install_installs() {
     );
     assert_eq!(
         std::fs::read(root.join("usr/share/crius/10-crius-bridge.conflist")).unwrap(),
-        std::fs::read(repo().join("contrib/cni/10-crius-bridge.conflist")).unwrap()
+        std::fs::read(repo_dir().join("contrib/cni/10-crius-bridge.conflist")).unwrap()
     );
     // The packaged binaries run and accept the packaged config.
     let version = run(Command::new(root.join("usr/bin/crius")).arg("--version"));

@@ -141,10 +141,20 @@ fn the_committed_list_names_functions_as_the_linker_matches_them() {
         names.iter().any(|n| n.starts_with("crius::")),
         "no function of crius's own"
     );
+    // c++filt prints a crate's disambiguator as up to 16 hex digits in brackets after its name.
     let crate_hash = |n: &str| {
-        n.as_bytes()
-            .windows(18)
-            .any(|w| w[0] == b'[' && w[17] == b']' && w[1..17].iter().all(u8::is_ascii_hexdigit))
+        let b = n.as_bytes();
+        (1..b.len()).any(|i| {
+            let after_name = b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_';
+            let hex = b[i + 1..]
+                .iter()
+                .take_while(|c| c.is_ascii_hexdigit())
+                .count();
+            after_name
+                && b[i] == b'['
+                && (1..=16).contains(&hex)
+                && b.get(i + 1 + hex) == Some(&b']')
+        })
     };
     assert!(
         !names.iter().any(|n| crate_hash(n)),

@@ -56,7 +56,7 @@ STATIC_SHIM = $(STATIC_ENV) $(CARGO) build --target $(HOST_TRIPLE) -p crius-shim
               --bin crius-shim --bin crius-shim-helper
 # The release daemon is linked by runtime/link-hot-first: lld, with the functions the calls run
 # laid out together (runtime/hot-text.txt lists them by their v0-mangled names), for less
-# resident text (docs/architecture.md, "The daemon's memory"); -W linker-messages shows how many of
+# resident text (docs/architecture.md, "Hot text first"); -W linker-messages shows how many of
 # the listed names it found.
 HOST_TRIPLE_ENV = $(shell echo $(HOST_TRIPLE) | tr a-z- A-Z_)
 HOT_FIRST_ENV = RUSTFLAGS="$(RUSTFLAGS) -C target-feature=+crt-static -C symbol-mangling-version=v0 -W linker-messages" \

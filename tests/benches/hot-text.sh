@@ -6,8 +6,8 @@
 #   tests/benches/hot-text.sh [lifecycle bench arguments]
 #
 # How it finds them, page by page rather than in the kernel's 64 KiB fault-around windows:
-# 1. builds the release daemon as build-release does (v0 symbols, lld) but unstripped and in the
-#    compiler's order (no list), into target/hot-text/;
+# 1. builds the release daemon as build-release does (v0 symbols) but unstripped and linked by cc
+#    in the compiler's order (an empty list), into target/hot-text/;
 # 2. runs it from an ext4 image on a loop device whose read-ahead is 0, so that a fault reads
 #    just its own page, and fault-around can only map pages that were themselves faulted in;
 # 3. once it serves, unmaps and evicts its text (process_madvise MADV_PAGEOUT) and drops the page

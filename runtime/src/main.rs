@@ -390,6 +390,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         // spawned (image GC, NRI, the server's own set-up) have run too.
         tokio::spawn(async {
             tokio::time::sleep(crius::text_pages::RELEASE_AFTER).await;
+            // Not under a call: the code it runs would all fault back in at once, a stall
+            // that a call answering just before its client's deadline cannot afford.
+            while crius::service::handlers_running() > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
             match crius::text_pages::release() {
                 Ok(bytes) => tracing::debug!(bytes, "released the binary's start-up pages"),
                 Err(e) => tracing::warn!("release the binary's start-up pages: {e}"),

@@ -5,6 +5,7 @@
 //! opens the span, logs the call and its result, and maps errors to gRPC statuses.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,30 @@ fn is_poll(method: &str) -> bool {
         )
 }
 
+/// RPC handlers running now, those that go on after their client's deadline included.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// How many RPC handlers are running now (the start-up page release waits for none).
+pub fn handlers_running() -> usize {
+    RUNNING.load(Ordering::Relaxed)
+}
+
+/// Counts one handler in [`RUNNING`] for as long as it lives.
+struct Running;
+
+impl Running {
+    fn start() -> Running {
+        RUNNING.fetch_add(1, Ordering::Relaxed);
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Runs one RPC: a span with the method and the ids in the request, a log line with the
 /// outcome and duration, and the error mapped to a status by [`error::to_status`].
 ///
@@ -90,10 +115,14 @@ where
     let span = tracing::info_span!("rpc", method, id = %ids);
     let start = Instant::now();
     let answer_by = deadline.map(|limit| start + limit);
+    let running = Running::start();
+    let handled = ANSWER_BY.scope(answer_by, handler(request));
     let task = tokio::spawn(
-        ANSWER_BY
-            .scope(answer_by, handler(request))
-            .instrument(span.clone()),
+        async move {
+            let _running = running;
+            handled.await
+        }
+        .instrument(span.clone()),
     );
     let mut task = AbortOnDrop {
         task,

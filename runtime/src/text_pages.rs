@@ -6,9 +6,9 @@
 //! so after start most of the binary is mapped: 9.2 of its 10 MB of text. Mapped pages count
 //! in crius's RSS, and mapped executable ones are the last the kernel reclaims. A few seconds
 //! into serving (`RELEASE_AFTER`), crius drops the page table entries of its read-only mappings
-//! once (`MADV_DONTNEED`): what
-//! the calls use comes back on first use as minor faults from the page cache (no disk read),
-//! the rest stays in the page cache as ordinary, reclaimable file pages.
+//! once (`MADV_DONTNEED`): what the calls use comes back on first use as minor faults from the
+//! page cache (no disk read), the rest stays in the page cache as ordinary, reclaimable file
+//! pages.
 //!
 //! Only a read-only mapping of the executable holding no anonymous (copy-on-write) page is
 //! touched, so not the relocated `.data.rel.ro`: dropping such a page's entry loses nothing,

@@ -38,7 +38,7 @@
 //! | `exec_stream` | [`ExecStream`] | `streams {..}` ([`Streams`], with descriptors), later `process_exited {..}` |
 //! | `attach` | [`Attach`] | `streams {..}` ([`Streams`], with descriptors), later `process_exited {..}` |
 //! | `shutdown` | — | `done`; the shim exits and removes its state directory as soon as no container is left |
-//! | `prepare` | — | `done` at once; the shim starts a helper that waits for the next create's (or another helper operation's) call, so that its start overlaps with what crius does before it asks; an unused one ends after [`PREPARED_HELPER_TTL`] |
+//! | `prepare` | — | `done` at once; unless one waits already, the shim starts a helper that waits for the next create's call (no other operation takes it), so that its start overlaps with what crius does before it asks; an unused one ends after [`PREPARED_HELPER_TTL`] |
 //!
 //! # Streaming requests
 //!

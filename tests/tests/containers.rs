@@ -1190,3 +1190,78 @@ async fn exited_containers_give_back_mounts_and_cgroups() {
 
     env.remove_all_and_check(&[&done, &sleeper], &pod).await;
 }
+
+/// The shim's children that are helpers started ahead of a create (`crius-shim-helper
+/// standby`), not yet handed their call.
+fn standby_helpers(shim: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // pid (comm) state ppid ...
+        let mut after = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .split(' ');
+        let (state, ppid) = (after.nth(1), after.next());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(shim.to_string().as_str())
+            && state != Some("Z")
+            && cmdline.split(|b| *b == 0).any(|a| a == b"standby")
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A pod's shim has a helper ready before its first create and again once a container has
+/// started (kubelet creates the pod's next one then); the create takes it, an exec does not.
+#[tokio::test]
+async fn a_helper_waits_ahead_of_the_next_create() {
+    let mut env = Env::with_image(128).await;
+    let pod_config = env.pod_config("ahead", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let shim = env.shim_pid(&pod);
+    let limit = Duration::from_secs(5);
+    let one = || async move {
+        let waiting = standby_helpers(shim);
+        (waiting.len() == 1).then_some(waiting)
+    };
+    let first = wait_for("a helper waiting after RunPodSandbox", limit, one).await;
+
+    let c = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("one", &["sleep", "1000"]),
+        )
+        .await;
+    assert!(
+        !standby_helpers(shim).contains(&first[0]),
+        "the create left it"
+    );
+    let next = wait_for("a helper waiting after StartContainer", limit, one).await;
+    assert_ne!(next, first);
+
+    let out = env.exec(&c, &["true"], 10).await.unwrap();
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(
+        standby_helpers(shim),
+        next,
+        "an exec took the prepared helper"
+    );
+
+    let second = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("two", &["sleep", "1000"]),
+        )
+        .await;
+    assert!(!standby_helpers(shim).contains(&next[0]));
+    env.remove_all_and_check(&[&c, &second], &pod).await;
+}

@@ -334,10 +334,14 @@ impl Daemon {
         Ok(())
     }
 
-    /// Asks the pod's shim to start a helper for the create on its way (the shim protocol's
-    /// `prepare`). Only a head start: whatever fails here, the shim still spawns the helper
-    /// at the create.
-    fn prepare_shim_helper(self: &Arc<Self>, pod_id: &str) -> JoinHandle<()> {
+    /// Asks the pod's shim to start a helper for the pod's next create (the shim protocol's
+    /// `prepare`; it starts none while one waits). Only a head start: whatever fails here,
+    /// the shim still spawns the helper at the create. Asked at the start of each create,
+    /// and ahead of one: when a pod has started and when a container has, as kubelet then
+    /// creates the pod's next container, and a helper started only when that create is
+    /// asked for is not ready before crius has the rootfs and spec (its exec and start take
+    /// longer than they do).
+    pub(crate) fn prepare_shim_helper(self: &Arc<Self>, pod_id: &str) -> JoinHandle<()> {
         let daemon = Arc::clone(self);
         let pod_id = pod_id.to_owned();
         tokio::spawn(async move {

@@ -53,6 +53,8 @@ impl Daemon {
                 || self.nri_container_id(&c.id),
             )
             .await;
+        // The pod's next container, if any, is created with a helper that is ready.
+        drop(self.prepare_shim_helper(&c.sandbox_id));
         Ok(())
     }
 }

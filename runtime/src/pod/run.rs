@@ -334,6 +334,8 @@ impl Daemon {
         self.sandboxes.put(&self.store, &id, record)?;
         phases.mark("record");
         tracing::debug!(pod = %id, phases = %phases, "run phases");
+        // The pod's first container is created with a helper that is ready.
+        drop(self.prepare_shim_helper(&id));
         Ok(())
     }
 }

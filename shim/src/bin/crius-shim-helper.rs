@@ -40,7 +40,13 @@ fn main() {
     }
     let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
     if args.first().is_some_and(|a| a == helper::STANDBY) && shim_fd_is_open(REPORT_FD) {
-        // Started ahead of its call (see `helper::STANDBY`): the call comes on fd 3.
+        // Started ahead of its call (see `helper::STANDBY`): the call comes on fd 3. Rust's
+        // CPU-feature detection runs here, before it, and is inherited by the processes
+        // libcontainer forks for the call: otherwise the container's init ran it (memchr's
+        // first `memrchr`) on the create's path, a few dozen `cpuid`s, each a trip to the
+        // hypervisor in a virtual machine.
+        #[cfg(target_arch = "x86_64")]
+        let _ = std::arch::is_x86_feature_detected!("avx2");
         match helper::await_call() {
             Ok(Some(call)) => args = call,
             // The shim did not need us.

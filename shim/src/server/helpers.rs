@@ -78,7 +78,13 @@ impl Shim {
                 options: rt.options.clone(),
             }),
         };
-        let spawned = match self.take_prepared(&call, stdio) {
+        // Prepared helpers are kept for creates, the calls a pod's start waits on: an exec
+        // probe taking one would leave the next create to wait for a helper's start.
+        let prepared = match call.op {
+            HelperOp::Create { .. } => self.take_prepared(&call, stdio),
+            _ => None,
+        };
+        let spawned = match prepared {
             Some(helper) => helper,
             None => {
                 let helper = self.launcher.spawn(&call, stdio)?;
@@ -107,11 +113,12 @@ impl Shim {
         Ok(())
     }
 
-    /// `prepare`: start a helper that waits for its call, unless two wait already (a pod's
-    /// containers are created one after another, or a few at once).
+    /// `prepare`: start a helper that waits for the next create's call, unless one waits
+    /// already. crius asks at a pod's start, after every create and at the start of every
+    /// create, and creates one container of a pod at a time: one is enough, and asking again
+    /// while one waits costs nothing.
     pub(super) fn prepare_helper(&mut self) {
-        const MOST: usize = 2;
-        if self.shutdown_requested || self.terminating || self.prepared.len() >= MOST {
+        if self.shutdown_requested || self.terminating || !self.prepared.is_empty() {
             return;
         }
         match self.launcher.prepare() {

@@ -217,6 +217,7 @@ impl Daemon {
             crate::trash::empty_at_start(base)
                 .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
         }
+        self.remove_unrecorded_containers();
         self.release_orphan_leases().await;
         self.flush_store_later();
         self.recover_containers().await;

@@ -106,6 +106,23 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         Ok(None)
     }
 
+    /// [`Self::put_named`] without a disk flush ([`Store::put_named_unflushed`]): the caller
+    /// flushes before anything it does could outlive a lost record unnoticed.
+    pub fn put_named_unflushed(
+        &self,
+        store: &Store,
+        id: &str,
+        value: T,
+        name: &str,
+    ) -> Result<Option<String>> {
+        let mut map = self.write();
+        if let Some(holder) = store.put_named_unflushed(self.table, id, &value, name)? {
+            return Ok(Some(holder));
+        }
+        map.insert(id.to_string(), value);
+        Ok(None)
+    }
+
     /// Applies `f` to the record of `id` (if any) and writes it back; returns the new value.
     /// The map stays locked from the read to the write, so an update racing a `remove` cannot
     /// bring the removed record back.

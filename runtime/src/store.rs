@@ -334,13 +334,41 @@ impl Store {
         value: &T,
         name: &str,
     ) -> Result<Option<String>> {
+        self.put_named_with(table, key, value, name, redb::Durability::Immediate)
+    }
+
+    /// [`Self::put_named`] without a disk flush: the next durable commit ([`Self::flush`])
+    /// carries it, and a crash before one loses the record and the name together.
+    pub fn put_named_unflushed<T: Serialize>(
+        &self,
+        table: Table,
+        key: &str,
+        value: &T,
+        name: &str,
+    ) -> Result<Option<String>> {
+        let holder = self.put_named_with(table, key, value, name, redb::Durability::None)?;
+        if holder.is_none() {
+            self.unflushed.notify_one();
+        }
+        Ok(holder)
+    }
+
+    fn put_named_with<T: Serialize>(
+        &self,
+        table: Table,
+        key: &str,
+        value: &T,
+        name: &str,
+        durability: redb::Durability,
+    ) -> Result<Option<String>> {
         let bytes = serde_json::to_vec(value).map_err(|source| StoreError::Encode {
             table,
             key: key.to_string(),
             source,
         })?;
         let err = db_err(table, key);
-        let txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        txn.set_durability(durability).map_err(|e| err(e.into()))?;
         {
             let err = db_err(Table::Names, name);
             let mut names = txn
@@ -557,6 +585,34 @@ mod tests {
         assert_eq!(s.get::<Rec>(Table::Containers, "a").unwrap(), Some(rec(2)));
         assert_eq!(s.get::<Rec>(Table::Containers, "b").unwrap(), None);
         assert_eq!(s.reserve_name("ctr_0", "x").unwrap(), Some("a".into()));
+    }
+
+    #[test]
+    fn put_named_unflushed_checks_the_name_and_the_next_flush_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let rec = |n| Rec {
+            name: "c".into(),
+            n,
+        };
+        s.put_named(Table::Containers, "a", &rec(1), "taken")
+            .unwrap();
+        assert_eq!(
+            s.put_named_unflushed(Table::Containers, "b", &rec(2), "taken")
+                .unwrap(),
+            Some("a".into())
+        );
+        assert_eq!(
+            s.put_named_unflushed(Table::Containers, "b", &rec(2), "free")
+                .unwrap(),
+            None
+        );
+        assert_eq!(s.get::<Rec>(Table::Containers, "b").unwrap(), Some(rec(2)));
+        s.flush().unwrap();
+        drop(s);
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.get::<Rec>(Table::Containers, "b").unwrap(), Some(rec(2)));
+        assert_eq!(s.reserve_name("free", "x").unwrap(), Some("b".into()));
     }
 
     #[test]

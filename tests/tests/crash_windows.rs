@@ -222,3 +222,66 @@ async fn refuses_a_second_start_and_stops(env: &Env, c: &str) {
     let s = env.status(c).await;
     assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
 }
+
+/// A create's record reaches the disk while its rootfs and spec are made, before the shim is
+/// asked: a crius killed in between leaves a rootfs, staged volumes and directories that no
+/// record names, and no container. The next start removes them, and nothing of a recorded
+/// container.
+#[tokio::test]
+async fn what_a_create_left_without_its_record_is_removed_at_start() {
+    let mut env = Env::with_image(129).await;
+    let config = env.pod_config("unrecorded", false);
+    let pod = env.run_pod(config.clone()).await;
+    let kept = env
+        .create_start(
+            &pod,
+            &config,
+            env.container_config("kept", &["sleep", "1000"]),
+        )
+        .await;
+    env.crius.kill9().unwrap();
+
+    // What such a create leaves: its layer's directories, its bundle with the overlay rootfs
+    // (a tmpfs here) and a staged volume (a bind mount) mounted in it.
+    let id = "c0ffee".repeat(10) + "c0ff";
+    let bundle = env.crius.state().join("containers").join(&id);
+    let layer = env.crius.root().join("containers").join(&id);
+    for dir in [
+        layer.join("upper"),
+        layer.join("work"),
+        bundle.join("rootfs"),
+        bundle.join("mounts").join("0"),
+    ] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let mount = |args: &[&str]| {
+        let status = std::process::Command::new("mount")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount {args:?}");
+    };
+    let rootfs = bundle.join("rootfs");
+    let staged = bundle.join("mounts").join("0");
+    mount(&["-t", "tmpfs", "tmpfs", rootfs.to_str().unwrap()]);
+    mount(&[
+        "--bind",
+        layer.join("upper").to_str().unwrap(),
+        staged.to_str().unwrap(),
+    ]);
+
+    env.crius.restart().await.unwrap();
+    assert!(!bundle.exists() && !layer.exists());
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(&id), "{mountinfo}");
+    assert!(env
+        .crius
+        .log()
+        .contains("removing what a create crius has no record of left"));
+
+    let s = env.status(&kept).await;
+    assert_eq!(s.state, ContainerState::ContainerRunning as i32, "{s:?}");
+    assert!(env.crius.state().join("containers").join(&kept).exists());
+    assert!(env.crius.root().join("containers").join(&kept).exists());
+    env.remove_all_and_check(&[kept.as_str()], &pod).await;
+}

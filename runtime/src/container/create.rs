@@ -112,6 +112,25 @@ fn check_mount_paths(i: usize, m: &crius_api::v1::Mount) -> Result<()> {
     Ok(())
 }
 
+/// What a create starts before its rootfs and spec and waits for before it asks the shim.
+pub(super) struct Ahead {
+    /// The shim's `prepare` (see [`Daemon::prepare_shim_helper`]): asked first, so the create
+    /// finds its helper waiting.
+    pub(super) helper: JoinHandle<()>,
+    /// The disk flush of the container's record.
+    pub(super) record: JoinHandle<crate::store::Result<()>>,
+}
+
+impl Ahead {
+    async fn done(self) -> Result<()> {
+        let _ = self.helper.await;
+        self.record
+            .await
+            .map_err(|e| Error::internal("flush the container's record", e))??;
+        Ok(())
+    }
+}
+
 impl Daemon {
     /// `CreateContainer`: the container exists, stopped before its process runs.
     pub async fn create_container(
@@ -231,20 +250,32 @@ impl Daemon {
                 .map(|r| r.encode_to_vec())
                 .unwrap_or_default(),
         };
-        // The name and the record in one durable commit.
-        if let Some(holder) = self
-            .containers
-            .put_named(&self.store, &id, record.clone(), &name)?
+        // The name and the record in one commit, flushed to disk on a blocking thread while
+        // the rootfs and spec are made, and on disk before the shim is asked: no container
+        // runs that a crash could leave without its record. What a crash before the flush
+        // leaves (the rootfs, the container's directories, the lease) the next start removes
+        // (`remove_unrecorded_containers`, `release_orphan_leases`).
+        if let Some(holder) =
+            self.containers
+                .put_named_unflushed(&self.store, &id, record.clone(), &name)?
         {
             return Err(Error::AlreadyExists(format!(
                 "container name {name:?} is reserved for {holder}"
             )));
         }
+        let flushed = {
+            let daemon = Arc::clone(self);
+            tokio::task::spawn_blocking(move || daemon.store.flush())
+        };
+        let ahead = Ahead {
+            helper: prepared,
+            record: flushed,
+        };
         let from = restore
             .as_ref()
             .map(|r| (r.archive.as_path(), r.criu.as_path()));
         match self
-            .setup_container(record, &config, &pod_config, from, prepared)
+            .setup_container(record, &config, &pod_config, from, ahead)
             .await
         {
             Ok(()) => {
@@ -286,7 +317,7 @@ impl Daemon {
         config: &ContainerConfig,
         pod_config: &PodSandboxConfig,
         restore: Option<(&Path, &Path)>,
-        prepared: JoinHandle<()>,
+        ahead: Ahead,
     ) -> Result<()> {
         let id = record.id.clone();
         let pod = self.pod(&record.sandbox_id)?;
@@ -309,7 +340,7 @@ impl Daemon {
             .make_container(
                 &mut record,
                 &mut phases,
-                prepared,
+                ahead,
                 &lowerdirs,
                 (config, pod_config, restore),
                 (&pod, &handler, &paths, &staging, userns.as_ref()),
@@ -361,7 +392,7 @@ impl Daemon {
         self: &Arc<Self>,
         record: &mut ContainerRecord,
         phases: &mut crate::util::Phases,
-        prepared: JoinHandle<()>,
+        ahead: Ahead,
         lowerdirs: &[PathBuf],
         (config, pod_config, restore): (
             &ContainerConfig,
@@ -497,8 +528,7 @@ impl Daemon {
             }
         }
         phases.mark("bundle");
-        // Asked first, so the create finds its helper waiting.
-        let _ = prepared.await;
+        ahead.done().await?;
         let shim = self.shims.get(&pod.id).await?;
         // A restore runs CRIU, which resets the cgroup2 mount's options.
         let preserved = restore.map(|_| crate::cgroups::root_options::preserve());

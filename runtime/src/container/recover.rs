@@ -7,15 +7,61 @@ use std::time::Duration;
 
 use crius_api::shim::{ContainerInfo as ShimContainerInfo, ContainerStatus as ShimStatus};
 
-use super::{ContainerRecord, ContainerState};
+use super::{volumes, ContainerPaths, ContainerRecord, ContainerState};
 use crate::daemon::Daemon;
 use crate::util::now_nanos;
+use crate::{mounts, trash};
 
 /// How long crius keeps trying to remove a container whose create a crash interrupted (a
 /// shim gives up on a create after 60 s).
 const INTERRUPTED_CREATE_PATIENCE: Duration = Duration::from_secs(90);
 
 impl Daemon {
+    /// Removes what a create left whose record a crash lost (a create's record reaches the
+    /// disk while its rootfs and spec are made, see `create_container`): a container directory
+    /// in the state or the root tree that no record names, with the rootfs and the staged
+    /// volumes mounted in it. No shim has such a container: the shim is asked only once the
+    /// record is on disk. Before serving, so no create is under way.
+    pub fn remove_unrecorded_containers(&self) {
+        let (root, state) = (&self.config.root, &self.config.state);
+        let mut ids = std::collections::BTreeSet::new();
+        for tree in [state, root] {
+            let dir = tree.join("containers");
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    tracing::warn!("list {}: {e}", dir.display());
+                    continue;
+                }
+            };
+            ids.extend(
+                entries
+                    .flatten()
+                    .filter_map(|e| e.file_name().into_string().ok()),
+            );
+        }
+        for id in ids {
+            if self.containers.get(&id).is_some() {
+                continue;
+            }
+            tracing::info!(container = %id, "removing what a create crius has no record of left");
+            let paths = ContainerPaths::new(root, state, &id);
+            let unmounted = volumes::unstage(&volumes::staging_dir(&paths.bundle))
+                .and_then(|()| mounts::unmount(&paths.rootfs).map_err(Into::into));
+            if let Err(e) = unmounted {
+                // Kept: its directories would take the upper layer from under a mount.
+                tracing::warn!(container = %id, "unmount what an unrecorded create left: {e}");
+                continue;
+            }
+            for (tree, dir) in [(state, &paths.bundle), (root, &paths.layer)] {
+                if let Err(e) = trash::discard(&trash::dir(tree), dir) {
+                    tracing::warn!(container = %id, "remove {}: {e}", dir.display());
+                }
+            }
+        }
+    }
+
     /// Brings a record that says created in line with its shim: a container the shim started
     /// (crius died before recording it) becomes running and is followed; one that has already
     /// exited gets its start and exit recorded. Returns whether the record changed.

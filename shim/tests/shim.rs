@@ -891,14 +891,19 @@ fn kill_all_reaches_processes_that_outlive_the_init_in_a_shared_pid_namespace() 
     });
 }
 
-/// The shim's children that are helpers waiting for a call (`prepare`).
+/// The shim's children that are helpers waiting for a call (`prepare`). A container's init,
+/// cloned from such a helper, has its command line until it runs its own program, but a
+/// mount namespace of its own.
 fn standby_helpers(shim_pid: i32) -> Vec<i32> {
+    let mount_ns = |pid: i32| fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    let shim_ns = mount_ns(shim_pid);
     children_of(shim_pid)
         .into_iter()
         .filter(|(pid, state)| {
             *state != 'Z'
                 && fs::read(format!("/proc/{pid}/cmdline"))
                     .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"standby"))
+                && mount_ns(*pid) == shim_ns
         })
         .map(|(pid, _)| pid)
         .collect()

@@ -1192,8 +1192,11 @@ async fn exited_containers_give_back_mounts_and_cgroups() {
 }
 
 /// The shim's children that are helpers started ahead of a create (`crius-shim-helper
-/// standby`), not yet handed their call.
+/// standby`), not yet handed their call. A container's init, cloned from such a helper, has
+/// its command line until it runs its own program, but a mount namespace of its own.
 fn standby_helpers(shim: i32) -> Vec<i32> {
+    let mount_ns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    let shim_ns = mount_ns(shim);
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -1211,6 +1214,7 @@ fn standby_helpers(shim: i32) -> Vec<i32> {
         if ppid == Some(shim.to_string().as_str())
             && state != Some("Z")
             && cmdline.split(|b| *b == 0).any(|a| a == b"standby")
+            && mount_ns(pid) == shim_ns
         {
             found.push(pid);
         }
@@ -1240,10 +1244,9 @@ async fn a_helper_waits_ahead_of_the_next_create() {
             env.container_config("one", &["sleep", "1000"]),
         )
         .await;
-    assert!(
-        !standby_helpers(shim).contains(&first[0]),
-        "the create left it"
-    );
+    let gone =
+        |pid: i32| move || async move { (!standby_helpers(shim).contains(&pid)).then_some(()) };
+    wait_for("the create's helper to end", limit, gone(first[0])).await;
     let next = wait_for("a helper waiting after StartContainer", limit, one).await;
     assert_ne!(next, first);
 
@@ -1262,6 +1265,6 @@ async fn a_helper_waits_ahead_of_the_next_create() {
             env.container_config("two", &["sleep", "1000"]),
         )
         .await;
-    assert!(!standby_helpers(shim).contains(&next[0]));
+    wait_for("the second create's helper to end", limit, gone(next[0])).await;
     env.remove_all_and_check(&[&c, &second], &pod).await;
 }

@@ -78,10 +78,10 @@ impl Shim {
                 options: rt.options.clone(),
             }),
         };
-        // Prepared helpers are kept for creates, the calls a pod's start waits on: an exec
-        // probe taking one would leave the next create to wait for a helper's start.
+        // Prepared helpers are kept for creates (and restores), the calls a pod's start waits
+        // on: an exec probe taking one would leave the next create to wait for a helper's start.
         let prepared = match call.op {
-            HelperOp::Create { .. } => self.take_prepared(&call, stdio),
+            HelperOp::Create { .. } | HelperOp::Restore { .. } => self.take_prepared(&call, stdio),
             _ => None,
         };
         let spawned = match prepared {

@@ -138,6 +138,7 @@ impl Daemon {
         pod_id: &str,
         config: ContainerConfig,
     ) -> Result<String> {
+        let mut phases = crate::util::Phases::start();
         validate(&config)?;
         let pod = self.pod(pod_id)?;
         // A pod still starting is refused at once, not after its start (which may be waiting
@@ -212,6 +213,7 @@ impl Daemon {
         // The request is good and its image here: the shim starts this create's helper now,
         // while the record is written and the rootfs and spec are made, so its exec and start
         // are off the create's path.
+        phases.mark("checks");
         let prepared = self.prepare_shim_helper(&pod.id);
         let id = new_id().map_err(|e| Error::internal("draw a container id", e))?;
         let log_path = match (
@@ -271,11 +273,12 @@ impl Daemon {
             helper: prepared,
             record: flushed,
         };
+        phases.mark("record");
         let from = restore
             .as_ref()
             .map(|r| (r.archive.as_path(), r.criu.as_path()));
         match self
-            .setup_container(record, &config, &pod_config, from, ahead)
+            .setup_container(record, &config, &pod_config, from, ahead, &mut phases)
             .await
         {
             Ok(()) => {
@@ -291,6 +294,8 @@ impl Daemon {
                         || self.nri_container_id(&id),
                     )
                     .await;
+                phases.mark("after");
+                tracing::debug!(container = %id, phases = %phases, "create phases");
                 Ok(id)
             }
             Err(e) => {
@@ -318,6 +323,7 @@ impl Daemon {
         pod_config: &PodSandboxConfig,
         restore: Option<(&Path, &Path)>,
         ahead: Ahead,
+        phases: &mut crate::util::Phases,
     ) -> Result<()> {
         let id = record.id.clone();
         let pod = self.pod(&record.sandbox_id)?;
@@ -331,7 +337,6 @@ impl Daemon {
         let paths = ContainerPaths::new(&self.config.root, &self.config.state, &id);
         let staging = volumes::staging_dir(&paths.bundle);
         let userns = self.pod_userns(&pod.id, pod_config)?;
-        let mut phases = crate::util::Phases::start();
         // The lease holds the layers from here on; its file (two disk flushes) is written on a
         // blocking thread meanwhile, and is on disk before the container is recorded created.
         let (lowerdirs, lease_file) = self.images.lease_deferred(&id, &record.image_id)?;
@@ -339,7 +344,7 @@ impl Daemon {
         let made = self
             .make_container(
                 &mut record,
-                &mut phases,
+                phases,
                 ahead,
                 &lowerdirs,
                 (config, pod_config, restore),
@@ -356,12 +361,12 @@ impl Daemon {
         persisted?;
         record.pid = u32::try_from(pid).ok();
         phases.mark("shim_create");
-        tracing::debug!(container = %id, phases = %phases, "create phases");
         record.state = ContainerState::Created;
         // Not flushed: after a crash the durable record says creating, and recovery adopts a
         // container its shim has created and whose image lease is on disk (what this write
         // waited for), as this one is (`adopt_created`).
         self.containers.put_unflushed(&self.store, &id, record)?;
+        phases.mark("created");
         Ok(())
     }
 

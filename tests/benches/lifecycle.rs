@@ -16,6 +16,7 @@
 //! crius on a temp root with its own bridge CNI network (bridge `crius-bench0`, subnet
 //! `10.88.160.0/24`), then measures, with `--iterations` runs each:
 //!
+//! - `Version`, a call that does nothing: the cost of a call itself;
 //! - cold `PullImage` of the big image (empty root), then of busybox;
 //! - `RunPodSandbox` without network (`NamespaceMode::NODE`) and with the bridge network, and
 //!   with the bridge network in a user namespace (when the runtime advertises them);
@@ -414,6 +415,17 @@ async fn measure(
     report.busybox_pull = t.elapsed();
 
     let n = args.iterations;
+    // A call that does nothing: what a call costs the client, the transport and the server
+    // before any of its work (the floor under every figure below).
+    let mut versions = Vec::with_capacity(n);
+    for i in 0..=n {
+        let (done, took) = timed(bench.rt.version(VersionRequest::default())).await;
+        done?;
+        if i > 0 {
+            versions.push(took);
+        }
+    }
+    report.ops.push(("Version (does nothing)", versions));
     // RunPodSandbox, host network then bridge network (also with a user namespace where the
     // runtime advertises them); each pod removed again untimed.
     let userns = bench.advertises_userns().await?;

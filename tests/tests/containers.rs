@@ -1268,3 +1268,51 @@ async fn a_helper_waits_ahead_of_the_next_create() {
     wait_for("the second create's helper to end", limit, gone(next[0])).await;
     env.remove_all_and_check(&[&c, &second], &pod).await;
 }
+
+/// The subdirectories of the pod's cgroup in every hierarchy that has it.
+fn pod_cgroup_children(pod: &str) -> Vec<String> {
+    let mut children: Vec<String> = common::pod_cgroups(pod)
+        .into_iter()
+        .flat_map(|dir| std::fs::read_dir(dir).unwrap().flatten())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    children.sort();
+    children.dedup();
+    children
+}
+
+/// crius makes a container's cgroup directories beside its rootfs, before libcontainer would:
+/// a create that fails before the shim has it, or in the shim, leaves none behind.
+#[tokio::test]
+async fn a_failed_create_leaves_no_cgroup() {
+    let mut env = Env::with_image(130).await;
+    let pod_config = env.pod_config("failed-cgroup", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let before = pod_cgroup_children(&pod);
+    assert!(!before.is_empty(), "the pause's cgroup is missing");
+
+    // Fails in crius, after the rootfs and spec: the working directory cannot be made.
+    let mut bad_cwd = env.container_config("bad-cwd", &["sleep", "1000"]);
+    bad_cwd.working_dir = "/bin/sh/below-a-file".into();
+    // Fails in the shim: libcontainer's create finds no such program.
+    let no_program = env.container_config("no-program", &["/no/such/program"]);
+    for config in [bad_cwd, no_program] {
+        let refused = env
+            .rt()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod_config.clone()),
+            })
+            .await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(pod_cgroup_children(&pod), before);
+    }
+    assert!(env
+        .list_containers(ContainerFilter::default())
+        .await
+        .is_empty());
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}

@@ -119,11 +119,16 @@ pub(super) struct Ahead {
     pub(super) helper: JoinHandle<()>,
     /// The disk flush of the container's record.
     pub(super) record: JoinHandle<crate::store::Result<()>>,
+    /// The directories of the container's cgroup (`cgroups::make_container_dirs_ahead`).
+    pub(super) cgroup: Option<JoinHandle<()>>,
 }
 
 impl Ahead {
     async fn done(self) -> Result<()> {
         let _ = self.helper.await;
+        if let Some(cgroup) = self.cgroup {
+            let _ = cgroup.await;
+        }
         self.record
             .await
             .map_err(|e| Error::internal("flush the container's record", e))??;
@@ -272,6 +277,7 @@ impl Daemon {
         let ahead = Ahead {
             helper: prepared,
             record: flushed,
+            cgroup: None,
         };
         phases.mark("record");
         let from = restore
@@ -322,7 +328,7 @@ impl Daemon {
         config: &ContainerConfig,
         pod_config: &PodSandboxConfig,
         restore: Option<(&Path, &Path)>,
-        ahead: Ahead,
+        mut ahead: Ahead,
         phases: &mut crate::util::Phases,
     ) -> Result<()> {
         let id = record.id.clone();
@@ -341,6 +347,12 @@ impl Daemon {
         // blocking thread meanwhile, and is on disk before the container is recorded created.
         let (lowerdirs, lease_file) = self.images.lease_deferred(&id, &record.image_id)?;
         let persist_lease = tokio::task::spawn_blocking(move || lease_file.persist());
+        if handler.config.kind == crate::config::HandlerType::Builtin {
+            let (pod_cgroup, id) = (pod.cgroup.clone(), id.clone());
+            ahead.cgroup = Some(tokio::task::spawn_blocking(move || {
+                cgroups::make_container_dirs_ahead(&pod_cgroup, &id)
+            }));
+        }
         let made = self
             .make_container(
                 &mut record,

@@ -37,6 +37,38 @@ pub fn mounts(text: &str) -> impl Iterator<Item = Mount<'_>> {
     text.lines().filter_map(parse_line)
 }
 
+/// The v1 controllers libcontainer 0.7 puts a container in (`libcgroups::v1::CONTROLLERS`);
+/// named hierarchies such as `name=systemd` are not among them.
+pub const LIBCONTAINER_V1_CONTROLLERS: &[&str] = &[
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "devices",
+    "hugetlb",
+    "memory",
+    "pids",
+    "perf_event",
+    "blkio",
+    "net_prio",
+    "net_cls",
+    "freezer",
+];
+
+/// For each of [`LIBCONTAINER_V1_CONTROLLERS`] that is mounted, in that order, the first v1
+/// cgroup mount in the text of a mountinfo file whose super options name it (as libcontainer
+/// takes the first match). Co-mounted controllers share a mount point.
+pub fn libcontainer_v1_mounts(text: &str) -> Vec<(&'static str, PathBuf)> {
+    LIBCONTAINER_V1_CONTROLLERS
+        .iter()
+        .filter_map(|controller| {
+            let mount = mounts(text).find(|m| {
+                m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == *controller)
+            })?;
+            Some((*controller, mount.mount_point))
+        })
+        .collect()
+}
+
 /// Undo mountinfo's octal escapes (`\040` is a space); anything else stays as it is.
 pub fn unescape(field: &str) -> Vec<u8> {
     let bytes = field.as_bytes();

@@ -15,7 +15,7 @@ use prost::Message;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::store::{Store, Table};
+use crate::store::{Flush, Store, Table};
 
 /// Records of one kind, by id.
 pub struct Records<T> {
@@ -88,35 +88,20 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         Ok(())
     }
 
-    /// Reserves the CRI `name` for `id` and writes `value` durably in one database
-    /// transaction, then makes it visible. `Some(holder)` (nothing written) when another id
-    /// holds the name.
+    /// Reserves the CRI `name` for `id` and writes `value` in one database transaction, on
+    /// disk when `flush` says ([`Store::put_named`]), then makes it visible. `Some(holder)`
+    /// (nothing written) when another id holds the name. With [`Flush::Later`] the caller
+    /// flushes before anything it does could outlive a lost record unnoticed.
     pub fn put_named(
         &self,
         store: &Store,
         id: &str,
         value: T,
         name: &str,
+        flush: Flush,
     ) -> Result<Option<String>> {
         let mut map = self.write();
-        if let Some(holder) = store.put_named(self.table, id, &value, name)? {
-            return Ok(Some(holder));
-        }
-        map.insert(id.to_string(), value);
-        Ok(None)
-    }
-
-    /// [`Self::put_named`] without a disk flush ([`Store::put_named_unflushed`]): the caller
-    /// flushes before anything it does could outlive a lost record unnoticed.
-    pub fn put_named_unflushed(
-        &self,
-        store: &Store,
-        id: &str,
-        value: T,
-        name: &str,
-    ) -> Result<Option<String>> {
-        let mut map = self.write();
-        if let Some(holder) = store.put_named_unflushed(self.table, id, &value, name)? {
+        if let Some(holder) = store.put_named(self.table, id, &value, name, flush)? {
             return Ok(Some(holder));
         }
         map.insert(id.to_string(), value);

@@ -90,6 +90,13 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// When a write reaches the disk: before it returns, or with the next durable commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    Now,
+    Later,
+}
+
 /// The open database. Cheap to share behind an `Arc`; redb serialises writers itself.
 pub struct Store {
     db: Database,
@@ -327,39 +334,17 @@ impl Store {
     /// durable commit instead of two (a create's first write), and no crash between them can
     /// leave a name reserved without its record. When another id holds the name nothing is
     /// written and that id is returned.
+    ///
+    /// With [`Flush::Later`] the commit is not flushed to disk: the next durable commit
+    /// ([`Self::flush`]) carries it, and a crash before one loses the record and the name
+    /// together.
     pub fn put_named<T: Serialize>(
         &self,
         table: Table,
         key: &str,
         value: &T,
         name: &str,
-    ) -> Result<Option<String>> {
-        self.put_named_with(table, key, value, name, redb::Durability::Immediate)
-    }
-
-    /// [`Self::put_named`] without a disk flush: the next durable commit ([`Self::flush`])
-    /// carries it, and a crash before one loses the record and the name together.
-    pub fn put_named_unflushed<T: Serialize>(
-        &self,
-        table: Table,
-        key: &str,
-        value: &T,
-        name: &str,
-    ) -> Result<Option<String>> {
-        let holder = self.put_named_with(table, key, value, name, redb::Durability::None)?;
-        if holder.is_none() {
-            self.unflushed.notify_one();
-        }
-        Ok(holder)
-    }
-
-    fn put_named_with<T: Serialize>(
-        &self,
-        table: Table,
-        key: &str,
-        value: &T,
-        name: &str,
-        durability: redb::Durability,
+        flush: Flush,
     ) -> Result<Option<String>> {
         let bytes = serde_json::to_vec(value).map_err(|source| StoreError::Encode {
             table,
@@ -368,6 +353,10 @@ impl Store {
         })?;
         let err = db_err(table, key);
         let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        let durability = match flush {
+            Flush::Now => redb::Durability::Immediate,
+            Flush::Later => redb::Durability::None,
+        };
         txn.set_durability(durability).map_err(|e| err(e.into()))?;
         {
             let err = db_err(Table::Names, name);
@@ -394,6 +383,9 @@ impl Store {
             t.insert(key, bytes.as_slice()).map_err(|e| err(e.into()))?;
         }
         txn.commit().map_err(|e| err(e.into()))?;
+        if flush == Flush::Later {
+            self.unflushed.notify_one();
+        }
         Ok(None)
     }
 
@@ -564,19 +556,19 @@ mod tests {
             n,
         };
         assert_eq!(
-            s.put_named(Table::Containers, "a", &rec(1), "ctr_0")
+            s.put_named(Table::Containers, "a", &rec(1), "ctr_0", Flush::Now)
                 .unwrap(),
             None
         );
         // the same id again: the record is replaced, the name stays its own
         assert_eq!(
-            s.put_named(Table::Containers, "a", &rec(2), "ctr_0")
+            s.put_named(Table::Containers, "a", &rec(2), "ctr_0", Flush::Now)
                 .unwrap(),
             None
         );
         // another id: refused, and its record is not written
         assert_eq!(
-            s.put_named(Table::Containers, "b", &rec(3), "ctr_0")
+            s.put_named(Table::Containers, "b", &rec(3), "ctr_0", Flush::Now)
                 .unwrap(),
             Some("a".into())
         );
@@ -588,22 +580,22 @@ mod tests {
     }
 
     #[test]
-    fn put_named_unflushed_checks_the_name_and_the_next_flush_keeps_it() {
+    fn put_named_later_checks_the_name_and_the_next_flush_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path()).unwrap();
         let rec = |n| Rec {
             name: "c".into(),
             n,
         };
-        s.put_named(Table::Containers, "a", &rec(1), "taken")
+        s.put_named(Table::Containers, "a", &rec(1), "taken", Flush::Now)
             .unwrap();
         assert_eq!(
-            s.put_named_unflushed(Table::Containers, "b", &rec(2), "taken")
+            s.put_named(Table::Containers, "b", &rec(2), "taken", Flush::Later)
                 .unwrap(),
             Some("a".into())
         );
         assert_eq!(
-            s.put_named_unflushed(Table::Containers, "b", &rec(2), "free")
+            s.put_named(Table::Containers, "b", &rec(2), "free", Flush::Later)
                 .unwrap(),
             None
         );

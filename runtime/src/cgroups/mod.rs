@@ -377,23 +377,6 @@ fn rejoin(cgroup: &str, pid: u32) -> Result<()> {
     Ok(())
 }
 
-/// The controllers libcontainer's v1 manager puts a container in (libcgroups 0.7's
-/// `CONTROLLERS`): it makes the container's cgroup in each of their hierarchies.
-const LIBCONTAINER_V1_CONTROLLERS: &[&str] = &[
-    "cpu",
-    "cpuacct",
-    "cpuset",
-    "devices",
-    "hugetlb",
-    "memory",
-    "pids",
-    "perf_event",
-    "blkio",
-    "net_prio",
-    "net_cls",
-    "freezer",
-];
-
 /// Makes the directories of a container's cgroup (`container_cgroup(pod_cgroup, id)`) in the
 /// v1 hierarchies libcontainer will put it in, ahead of its create: on a v1 host the helper's
 /// intermediate process spent about a fifth of its time in those `mkdir`s (nine hierarchies
@@ -410,20 +393,9 @@ pub fn make_container_dirs_ahead(pod_cgroup: &str, id: &str) {
     }
     let roots = DIRS.get_or_init(|| {
         let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut roots: Vec<PathBuf> = cgroup_mounts(&info)
+        let mut roots: Vec<PathBuf> = crius_common::mountinfo::libcontainer_v1_mounts(&info)
             .into_iter()
-            .filter(|m| m.fstype == "cgroup")
-            .filter(|m| m.mount_point.parent() == Some(Path::new("/sys/fs/cgroup")))
-            .filter(|m| {
-                let name = m
-                    .mount_point
-                    .file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy();
-                name.split(',')
-                    .any(|c| LIBCONTAINER_V1_CONTROLLERS.contains(&c))
-            })
-            .map(|m| m.mount_point)
+            .map(|(_, mount)| mount)
             .collect();
         roots.sort();
         roots.dedup();

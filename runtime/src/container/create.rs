@@ -33,6 +33,7 @@ use crate::daemon::Daemon;
 use crate::error::{Error, Result};
 use crate::layout::write_spec;
 use crate::records::SandboxState;
+use crate::store::Flush;
 use crate::util::{check_name, check_no_nul, excerpt, new_id, now_nanos};
 
 fn validate(config: &ContainerConfig) -> Result<()> {
@@ -264,7 +265,7 @@ impl Daemon {
         // (`remove_unrecorded_containers`, `release_orphan_leases`).
         if let Some(holder) =
             self.containers
-                .put_named_unflushed(&self.store, &id, record.clone(), &name)?
+                .put_named(&self.store, &id, record.clone(), &name, Flush::Later)?
         {
             return Err(Error::AlreadyExists(format!(
                 "container name {name:?} is reserved for {holder}"

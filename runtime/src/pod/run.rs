@@ -13,6 +13,7 @@ use crate::cgroups;
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
 use crate::mounts;
+use crate::store::Flush;
 use crate::util::{check_name, excerpt, new_id, now_nanos};
 
 fn validate(config: &PodSandboxConfig) -> Result<()> {
@@ -207,9 +208,9 @@ impl Daemon {
             network_error: None,
         };
         // The name and the record in one durable commit.
-        if let Some(holder) = self
-            .sandboxes
-            .put_named(&self.store, &id, record.clone(), &name)?
+        if let Some(holder) =
+            self.sandboxes
+                .put_named(&self.store, &id, record.clone(), &name, Flush::Now)?
         {
             return Err(Error::AlreadyExists(format!(
                 "pod sandbox name {name:?} is reserved for {holder}"

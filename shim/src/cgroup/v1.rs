@@ -7,47 +7,22 @@ use std::time::Duration;
 
 use super::{procs_recursive, signal_all, write, CgroupError, Result, FREEZE_ROUNDS};
 
-/// The v1 controllers libcontainer 0.7 puts a container in (`libcgroups::v1::CONTROLLERS`);
-/// named hierarchies such as `name=systemd` are not among them.
-pub const CONTROLLERS: &[&str] = &[
-    "cpu",
-    "cpuacct",
-    "cpuset",
-    "devices",
-    "hugetlb",
-    "memory",
-    "pids",
-    "perf_event",
-    "blkio",
-    "net_prio",
-    "net_cls",
-    "freezer",
-];
-
 /// The v1 hierarchies of this host.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Layout {
-    /// One mount point per hierarchy holding one of [`CONTROLLERS`], each once.
+    /// One mount point per hierarchy libcontainer uses, each once.
     pub mounts: Vec<PathBuf>,
     /// The freezer hierarchy's mount point, if the controller is mounted.
     pub freezer: Option<PathBuf>,
 }
 
 impl Layout {
-    /// From the text of `/proc/self/mountinfo`: for each controller, the first cgroup mount
-    /// whose super options name it (as libcontainer takes the first match).
+    /// From the text of `/proc/self/mountinfo`: the hierarchies libcontainer uses
+    /// ([`crius_common::mountinfo::libcontainer_v1_mounts`]).
     pub fn from_mountinfo(text: &str) -> Self {
         let mut layout = Layout::default();
-        for controller in CONTROLLERS {
-            let Some(mount) = text
-                .lines()
-                .filter_map(parse_cgroup_mount)
-                .find(|(_, opts)| opts.split(',').any(|o| o == *controller))
-                .map(|(mount, _)| mount)
-            else {
-                continue;
-            };
-            if *controller == "freezer" {
+        for (controller, mount) in crius_common::mountinfo::libcontainer_v1_mounts(text) {
+            if controller == "freezer" {
                 layout.freezer = Some(mount.clone());
             }
             if !layout.mounts.contains(&mount) {
@@ -56,12 +31,6 @@ impl Layout {
         }
         layout
     }
-}
-
-/// `(mount point, super options)` of a mountinfo line of a v1 cgroup mount.
-fn parse_cgroup_mount(line: &str) -> Option<(PathBuf, &str)> {
-    let mount = crius_common::mountinfo::parse_line(line)?;
-    (mount.fs_type == "cgroup").then_some((mount.mount_point, mount.super_options))
 }
 
 /// Freeze the cgroup (if the freezer is mounted), signal what is in it, thaw it.

@@ -113,26 +113,32 @@ fn check_mount_paths(i: usize, m: &crius_api::v1::Mount) -> Result<()> {
     Ok(())
 }
 
-/// What a create starts before its rootfs and spec and waits for before it asks the shim.
+/// What a create starts before its rootfs and spec and waits for before it asks the shim
+/// (and, when it fails before that, before its undo, which must come after it).
 pub(super) struct Ahead {
     /// The shim's `prepare` (see [`Daemon::prepare_shim_helper`]): asked first, so the create
     /// finds its helper waiting.
-    pub(super) helper: JoinHandle<()>,
+    helper: Option<JoinHandle<()>>,
     /// The disk flush of the container's record.
-    pub(super) record: JoinHandle<crate::store::Result<()>>,
+    record: Option<JoinHandle<crate::store::Result<()>>>,
     /// The directories of the container's cgroup (`cgroups::make_container_dirs_ahead`).
-    pub(super) cgroup: Option<JoinHandle<()>>,
+    cgroup: Option<JoinHandle<()>>,
 }
 
 impl Ahead {
-    async fn done(self) -> Result<()> {
-        let _ = self.helper.await;
-        if let Some(cgroup) = self.cgroup {
+    /// Waits for whatever of it is still running; fails when the record's flush did.
+    async fn done(&mut self) -> Result<()> {
+        if let Some(helper) = self.helper.take() {
+            let _ = helper.await;
+        }
+        if let Some(cgroup) = self.cgroup.take() {
             let _ = cgroup.await;
         }
-        self.record
-            .await
-            .map_err(|e| Error::internal("flush the container's record", e))??;
+        if let Some(record) = self.record.take() {
+            record
+                .await
+                .map_err(|e| Error::internal("flush the container's record", e))??;
+        }
         Ok(())
     }
 }
@@ -276,8 +282,8 @@ impl Daemon {
             tokio::task::spawn_blocking(move || daemon.store.flush())
         };
         let ahead = Ahead {
-            helper: prepared,
-            record: flushed,
+            helper: Some(prepared),
+            record: Some(flushed),
             cgroup: None,
         };
         phases.mark("record");
@@ -358,12 +364,15 @@ impl Daemon {
             .make_container(
                 &mut record,
                 phases,
-                ahead,
+                &mut ahead,
                 &lowerdirs,
                 (config, pod_config, restore),
                 (&pod, &handler, &paths, &staging, userns.as_ref()),
             )
             .await;
+        // A create that failed before it asked the shim waits here for what it started: the
+        // undo removes the cgroup directories, which a late `mkdir` would bring back.
+        let _ = ahead.done().await;
         // Awaited on failure too: the undo releases the lease, after which a late file would
         // stay until the next start.
         let persisted = match persist_lease.await {
@@ -410,7 +419,7 @@ impl Daemon {
         self: &Arc<Self>,
         record: &mut ContainerRecord,
         phases: &mut crate::util::Phases,
-        ahead: Ahead,
+        ahead: &mut Ahead,
         lowerdirs: &[PathBuf],
         (config, pod_config, restore): (
             &ContainerConfig,

@@ -391,8 +391,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         tokio::spawn(async {
             tokio::time::sleep(crius::text_pages::RELEASE_AFTER).await;
             // Not under a call: the code it runs would all fault back in at once, a stall
-            // that a call answering just before its client's deadline cannot afford.
-            while crius::service::handlers_running() > 0 {
+            // that a call answering just before its client's deadline cannot afford. A node
+            // that is never without a call (a long ExecSync, overlapping ones) gets the
+            // release anyway after a minute.
+            let give_up = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+            while crius::service::handlers_running() > 0 && tokio::time::Instant::now() < give_up {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
             match crius::text_pages::release() {

@@ -69,8 +69,8 @@ fn clean_read_only_ranges(smaps: &str, exe: &Path) -> Vec<(usize, usize)> {
 /// How long after crius starts serving it releases the start-up pages: the tasks `start` spawns
 /// and the server's set-up run after the socket is claimed, and their code would otherwise stay
 /// mapped (measured: 6 to 8 MB of text mapped when the first call is answered). It then also
-/// waits for a moment without a running call ([`crate::service::handlers_running`]): a call
-/// under way would fault all its code back in at once.
+/// waits for a moment without a running call ([`crate::service::handlers_running`]), for a
+/// minute at most: a call under way would fault all its code back in at once.
 pub const RELEASE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Drops the page table entries of the executable's read-only mappings. Returns the bytes

@@ -1608,6 +1608,37 @@ mod tests {
     }
 
     #[test]
+    fn container_dirs_made_ahead_in_every_libcontainer_hierarchy() {
+        if !crius_common::test_needs_root(
+            "container_dirs_made_ahead_in_every_libcontainer_hierarchy",
+        ) || !Hierarchy::host().is_ok_and(|h| h.mode() == Mode::V1)
+        {
+            return;
+        }
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mut roots: Vec<PathBuf> = crius_common::mountinfo::libcontainer_v1_mounts(&info)
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        roots.dedup();
+        assert!(!roots.is_empty());
+        let pod = format!("/crius-test-ahead-{}", std::process::id());
+        for root in &roots {
+            std::fs::create_dir(root.join(&pod[1..])).unwrap();
+        }
+        make_container_dirs_ahead(&pod, "c1");
+        let made: Vec<bool> = roots
+            .iter()
+            .map(|r| r.join(&pod[1..]).join("c1").is_dir())
+            .collect();
+        for root in &roots {
+            let _ = std::fs::remove_dir(root.join(&pod[1..]).join("c1"));
+            let _ = std::fs::remove_dir(root.join(&pod[1..]));
+        }
+        assert!(made.iter().all(|m| *m), "{roots:?}: {made:?}");
+    }
+
+    #[test]
     fn errors_map_to_statuses() {
         use crate::error::Error;
         let refused = CgroupError::Write {

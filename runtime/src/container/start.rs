@@ -54,7 +54,7 @@ impl Daemon {
             )
             .await;
         // The pod's next container, if any, is created with a helper that is ready.
-        drop(self.prepare_shim_helper(&c.sandbox_id));
+        self.prepare_shim_helper_after_reply(&c.sandbox_id);
         Ok(())
     }
 }

@@ -336,7 +336,7 @@ impl Daemon {
         phases.mark("record");
         tracing::debug!(pod = %id, phases = %phases, "run phases");
         // The pod's first container is created with a helper that is ready.
-        drop(self.prepare_shim_helper(&id));
+        self.prepare_shim_helper_after_reply(&id);
         Ok(())
     }
 }

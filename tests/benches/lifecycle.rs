@@ -55,7 +55,10 @@
 //!   children included), and their RSS afterwards;
 //! - `--burst`: pods with one container each started several at a time as kubelet does after a
 //!   node reboot: 20 pods 1, 2, 5, 10 and 20 at a time (the curve), 30 by 10 and 60 by 20; wall
-//!   time and each pod's p50 and p99.
+//!   time and each pod's p50 and p99;
+//! - `--host-mounts N`: N more mounts on the host (small tmpfs mounts in a temporary directory,
+//!   removed at the end) for the whole run, as a node with many pods and volumes has: how the
+//!   calls grow with the size of the mount table. The bench prints the host's mount count.
 //!
 //! With crius started by the bench, its log has a debug line of the phases of every
 //! RunPodSandbox (files, netns, then CNI ADD and the pause's start side by side, record),
@@ -117,6 +120,8 @@ struct Args {
     burst: bool,
     /// Seconds of kubelet's steady call pattern over the running pods (`--steady SECS`; 0: none).
     steady: u64,
+    /// Mounts added on the host for the run (`--host-mounts N`).
+    host_mounts: usize,
 }
 
 fn parse_args() -> Result<Args> {
@@ -135,6 +140,7 @@ fn parse_args() -> Result<Args> {
         nri: "on".into(),
         burst: false,
         steady: 0,
+        host_mounts: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -159,6 +165,7 @@ fn parse_args() -> Result<Args> {
             "--metrics" => args.metrics = Some(value()?),
             "--burst" => args.burst = true,
             "--steady" => args.steady = value()?.parse()?,
+            "--host-mounts" => args.host_mounts = value()?.parse()?,
             "--nri" => {
                 args.nri = value()?;
                 if !["on", "off", "plugin"].contains(&args.nri.as_str()) {
@@ -231,6 +238,13 @@ async fn run(args: &Args) -> Result<()> {
     };
 
     let work = TestDir::new("bench")?;
+    // Dropped (its mounts detached) when the run ends, whichever way.
+    let _host_mounts = add_host_mounts(args.host_mounts)?;
+    println!(
+        "host mounts: {} ({} added)",
+        host_mount_count()?,
+        args.host_mounts
+    );
     let logs = work.join("logs");
     std::fs::create_dir(&logs)?;
 
@@ -335,6 +349,35 @@ async fn run(args: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--host-mounts N`: N small tmpfs mounts in a temporary directory, which detaches them when
+/// dropped.
+fn add_host_mounts(n: usize) -> Result<Option<TestDir>> {
+    if n == 0 {
+        return Ok(None);
+    }
+    let dir = TestDir::new("host-mounts")?;
+    for i in 0..n {
+        let target = dir.join(i.to_string());
+        std::fs::create_dir(&target)?;
+        nix::mount::mount(
+            Some("tmpfs"),
+            &target,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=4k"),
+        )
+        .map_err(|e| format!("mount a tmpfs on {}: {e}", target.display()))?;
+    }
+    Ok(Some(dir))
+}
+
+/// Entries in the bench's own `/proc/self/mountinfo`: the host's mount table.
+fn host_mount_count() -> Result<usize> {
+    Ok(std::fs::read_to_string("/proc/self/mountinfo")?
+        .lines()
+        .count())
 }
 
 /// `--serve`: pushes the pause image too, points `--hosts-dir`'s mirror at the registry and

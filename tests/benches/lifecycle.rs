@@ -56,6 +56,12 @@
 //! - `--burst`: pods with one container each started several at a time as kubelet does after a
 //!   node reboot: 20 pods 1, 2, 5, 10 and 20 at a time (the curve), 30 by 10 and 60 by 20; wall
 //!   time and each pod's p50 and p99;
+//! - `--interleave` (with `--endpoint` and `--hosts-dir` of another runtime): crius is
+//!   started too, and each iteration runs the same calls on both, one runtime after the other
+//!   (which goes first alternates): a pod with the bridge network started, stopped and
+//!   removed, then a container created, started, probed, stopped and removed in a pod of
+//!   each. Both runtimes meet the machine in the same state, so the ratio of their medians
+//!   does not move with the machine's drift between runs; only those calls are timed;
 //! - `--host-mounts N`: N more mounts on the host (small tmpfs mounts in a temporary directory,
 //!   removed at the end) for the whole run, as a node with many pods and volumes has: how the
 //!   calls grow with the size of the mount table. The bench prints the host's mount count.
@@ -122,6 +128,8 @@ struct Args {
     steady: u64,
     /// Mounts added on the host for the run (`--host-mounts N`).
     host_mounts: usize,
+    /// The calls on crius and on `--endpoint`'s runtime in turn (`--interleave`).
+    interleave: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -141,6 +149,7 @@ fn parse_args() -> Result<Args> {
         burst: false,
         steady: 0,
         host_mounts: 0,
+        interleave: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -166,6 +175,7 @@ fn parse_args() -> Result<Args> {
             "--burst" => args.burst = true,
             "--steady" => args.steady = value()?.parse()?,
             "--host-mounts" => args.host_mounts = value()?.parse()?,
+            "--interleave" => args.interleave = true,
             "--nri" => {
                 args.nri = value()?;
                 if !["on", "off", "plugin"].contains(&args.nri.as_str()) {
@@ -179,6 +189,9 @@ fn parse_args() -> Result<Args> {
     }
     if args.iterations == 0 {
         return Err("--iterations must be at least 1".into());
+    }
+    if args.interleave && args.endpoint.is_none() {
+        return Err("--interleave needs --endpoint (the runtime to compare crius with)".into());
     }
     if (args.endpoint.is_some() || args.serve) && args.hosts_dir.is_none() {
         return Err("--endpoint needs --hosts-dir (the runtime's registry config_path)".into());
@@ -250,6 +263,12 @@ async fn run(args: &Args) -> Result<()> {
 
     if args.serve {
         return serve(args, &registry, &work).await;
+    }
+    if args.interleave {
+        let result = interleaved(args, &registry, &work, &busybox.reference).await;
+        remove_cgroups();
+        delete_link(BRIDGE);
+        return result;
     }
 
     let mut daemon = None;
@@ -349,6 +368,162 @@ async fn run(args: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--interleave`: the calls on crius and on `--endpoint`'s runtime in turn, one iteration at
+/// a time, and the ratio of their medians.
+async fn interleaved(
+    args: &Args,
+    registry: &Registry,
+    work: &TestDir,
+    busybox: &str,
+) -> Result<()> {
+    let socket = args.endpoint.as_deref().ok_or("--endpoint missing")?;
+    let hosts_dir = args.hosts_dir.as_deref().ok_or("--hosts-dir missing")?;
+    write_mirror(hosts_dir, &args.mirror, &registry.host_port())?;
+    push_pause_image(registry, work)?;
+    let daemon = Daemon::start(work, args.crius_log.as_deref(), None, &args.nri)?;
+    let crius_channel = daemon.connect().await?;
+    let other_channel = crius_tests::crius::connect(socket).await?;
+    let mut benches = Vec::new();
+    for (channel, image, seq) in [
+        (crius_channel, busybox.to_string(), 0),
+        // Other pod names (and so other pod cgroups) than crius's.
+        (
+            other_channel,
+            format!("{}/{}:latest", args.mirror, TestImage::Busybox.repository()),
+            1_000_000,
+        ),
+    ] {
+        let logs = work.join(format!("logs-{seq}"));
+        std::fs::create_dir_all(&logs)?;
+        benches.push(Bench {
+            handler: args.handler.clone(),
+            rt: RuntimeServiceClient::new(channel.clone()),
+            images: image_service_client::ImageServiceClient::new(channel),
+            logs,
+            busybox: image,
+            seq,
+        });
+    }
+    let mut names = Vec::new();
+    for b in &mut benches {
+        let v = b.rt.version(VersionRequest::default()).await?.into_inner();
+        names.push(format!("{} {}", v.runtime_name, v.runtime_version));
+    }
+    benches[1]
+        .pull(&format!("{}/{PAUSE_REPOSITORY}:latest", args.mirror))
+        .await?;
+    for b in &mut benches {
+        let image = b.busybox.clone();
+        b.pull(&image).await?;
+    }
+    let result = interleaved_calls(args.iterations, &mut benches).await;
+    let mut cleanup = Ok(());
+    for b in &mut benches {
+        if let Err(e) = b.remove_all_pods().await {
+            cleanup = Err(e);
+        }
+    }
+    daemon.stop();
+    let ops = result?;
+    cleanup?;
+    println!(
+        "interleaved: {} (a) and {} (b), {} iterations, medians in ms",
+        names[0], names[1], args.iterations
+    );
+    println!(
+        "{:<40} {:>9} {:>9} {:>8} {:>22}",
+        "operation", "a", "b", "a / b", "a / b, halves"
+    );
+    for (label, [a, b]) in &ops {
+        let median = |v: &[Duration]| {
+            let mut v = v.to_vec();
+            v.sort();
+            ms(percentile(&v, 50))
+        };
+        let half = a.len() / 2;
+        let halves = [(0, half), (half, a.len())]
+            .map(|(from, to)| median(&a[from..to]) / median(&b[from..to]).max(f64::MIN_POSITIVE));
+        let (ma, mb) = (median(a), median(b));
+        println!(
+            "{label:<40} {ma:>9.2} {mb:>9.2} {:>8.3} {:>11.3} {:>10.3}",
+            ma / mb.max(f64::MIN_POSITIVE),
+            halves[0],
+            halves[1]
+        );
+    }
+    Ok(())
+}
+
+/// The calls of [`interleaved`]: per operation, the times on crius (`[0]`) and on the other
+/// runtime (`[1]`), the warm-up iteration left out.
+async fn interleaved_calls(
+    n: usize,
+    benches: &mut [Bench],
+) -> Result<Vec<(&'static str, [Vec<Duration>; 2])>> {
+    const LABELS: [&str; 9] = [
+        "RunPodSandbox (bridge CNI)",
+        "StopPodSandbox (bridge CNI)",
+        "RemovePodSandbox (stopped, bridge CNI)",
+        "CreateContainer+StartContainer",
+        "CreateContainer",
+        "StartContainer",
+        "ExecSync true",
+        "StopContainer(0)",
+        "RemoveContainer (stopped)",
+    ];
+    let mut times: Vec<[Vec<Duration>; 2]> =
+        (0..LABELS.len()).map(|_| Default::default()).collect();
+    let mut pods = Vec::new();
+    for b in benches.iter_mut() {
+        let config = b.pod_config(true);
+        let pod = b.run_pod(&config).await?;
+        pods.push((pod, config));
+    }
+    for i in 0..=n {
+        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let b = &mut benches[which];
+            let config = b.pod_config(false);
+            let (id, run) = timed(b.run_pod(&config)).await;
+            let id = id?;
+            let (done, stop) = timed(b.stop_pod(&id)).await;
+            done?;
+            let (done, remove_pod) = timed(b.remove_pod(&id)).await;
+            done?;
+            let (pod, pod_config) = &pods[which];
+            let (c, create, start) = b.create_start_split(pod, pod_config).await?;
+            let (code, exec) = timed(b.exec_true(&c)).await;
+            if code? != 0 {
+                return Err(format!("ExecSync true in {c} failed").into());
+            }
+            let (done, stop_c) = timed(b.stop(&c)).await;
+            done?;
+            let (done, remove_c) = timed(b.remove(&c)).await;
+            done?;
+            if i > 0 {
+                let took = [
+                    run,
+                    stop,
+                    remove_pod,
+                    create + start,
+                    create,
+                    start,
+                    exec,
+                    stop_c,
+                    remove_c,
+                ];
+                for (t, took) in times.iter_mut().zip(took) {
+                    t[which].push(took);
+                }
+            }
+        }
+    }
+    for (b, (pod, _)) in benches.iter_mut().zip(&pods) {
+        b.remove_pod(pod).await?;
+    }
+    Ok(LABELS.into_iter().zip(times).collect())
 }
 
 /// `--host-mounts N`: N small tmpfs mounts in a temporary directory, which detaches them when

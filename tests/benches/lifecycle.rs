@@ -486,33 +486,20 @@ async fn interleaved_calls(
         for which in order {
             let b = &mut benches[which];
             let config = b.pod_config(false);
-            let (id, run) = timed(b.run_pod(&config)).await;
-            let id = id?;
-            let (done, stop) = timed(b.stop_pod(&id)).await;
-            done?;
-            let (done, remove_pod) = timed(b.remove_pod(&id)).await;
-            done?;
+            let (run, stop, remove_pod) = b.pod_cycle(&config).await?;
             let (pod, pod_config) = &pods[which];
-            let (c, create, start) = b.create_start_split(pod, pod_config).await?;
-            let (code, exec) = timed(b.exec_true(&c)).await;
-            if code? != 0 {
-                return Err(format!("ExecSync true in {c} failed").into());
-            }
-            let (done, stop_c) = timed(b.stop(&c)).await;
-            done?;
-            let (done, remove_c) = timed(b.remove(&c)).await;
-            done?;
+            let t = b.container_cycle(pod, pod_config).await?;
             if i > 0 {
                 let took = [
                     run,
                     stop,
                     remove_pod,
-                    create + start,
-                    create,
-                    start,
-                    exec,
-                    stop_c,
-                    remove_c,
+                    t.create + t.start,
+                    t.create,
+                    t.start,
+                    t.exec,
+                    t.stop,
+                    t.remove,
                 ];
                 for (t, took) in times.iter_mut().zip(took) {
                     t[which].push(took);
@@ -662,12 +649,7 @@ async fn measure(
             if own_users {
                 with_userns(&mut config);
             }
-            let (id, took) = timed(bench.run_pod(&config)).await;
-            let id = id?;
-            let (stopped, stop_took) = timed(bench.stop_pod(&id)).await;
-            stopped?;
-            let (removed, remove_took) = timed(bench.remove_pod(&id)).await;
-            removed?;
+            let (took, stop_took, remove_took) = bench.pod_cycle(&config).await?;
             // The first run is a warm-up.
             if i > 0 {
                 times.push(took);
@@ -694,23 +676,14 @@ async fn measure(
     let mut stop_remove = Vec::with_capacity(n);
     let mut removes = Vec::with_capacity(n);
     for i in 0..=n {
-        let (id, create_took, start_took) = bench.create_start_split(&pod, &pod_config).await?;
-        let (code, exec_took) = timed(bench.exec_true(&id)).await;
-        let code = code?;
-        if code != 0 {
-            return Err(format!("ExecSync true in {id} exited {code}").into());
-        }
-        let (done, stop_took) = timed(bench.stop(&id)).await;
-        done?;
-        let (done, remove_took) = timed(bench.remove(&id)).await;
-        done?;
+        let t = bench.container_cycle(&pod, &pod_config).await?;
         if i > 0 {
-            create_start.push(create_took + start_took);
-            creates.push(create_took);
-            starts.push(start_took);
-            exec.push(exec_took);
-            stop_remove.push(stop_took + remove_took);
-            removes.push(remove_took);
+            create_start.push(t.create + t.start);
+            creates.push(t.create);
+            starts.push(t.start);
+            exec.push(t.exec);
+            stop_remove.push(t.stop + t.remove);
+            removes.push(t.remove);
         }
     }
     report
@@ -1179,6 +1152,15 @@ fn with_userns(config: &mut PodSandboxConfig) {
     }
 }
 
+/// How long each call of [`Bench::container_cycle`] took.
+struct ContainerCycle {
+    create: Duration,
+    start: Duration,
+    exec: Duration,
+    stop: Duration,
+    remove: Duration,
+}
+
 #[derive(Clone)]
 struct Bench {
     rt: RuntimeServiceClient<Channel>,
@@ -1338,6 +1320,46 @@ impl Bench {
             .await
             .map_err(|s| format!("StartContainer {id}: {s}"))?;
         Ok((id, created, t.elapsed()))
+    }
+
+    /// A pod started, stopped and removed: how long each of the three calls took.
+    async fn pod_cycle(
+        &mut self,
+        config: &PodSandboxConfig,
+    ) -> Result<(Duration, Duration, Duration)> {
+        let (id, run) = timed(self.run_pod(config)).await;
+        let id = id?;
+        let (done, stop) = timed(self.stop_pod(&id)).await;
+        done?;
+        let (done, remove) = timed(self.remove_pod(&id)).await;
+        done?;
+        Ok((run, stop, remove))
+    }
+
+    /// A container's whole life in `pod`: created, started, probed with `true`, stopped and
+    /// removed, each call timed.
+    async fn container_cycle(
+        &mut self,
+        pod: &str,
+        pod_config: &PodSandboxConfig,
+    ) -> Result<ContainerCycle> {
+        let (id, create, start) = self.create_start_split(pod, pod_config).await?;
+        let (code, exec) = timed(self.exec_true(&id)).await;
+        let code = code?;
+        if code != 0 {
+            return Err(format!("ExecSync true in {id} exited {code}").into());
+        }
+        let (done, stop) = timed(self.stop(&id)).await;
+        done?;
+        let (done, remove) = timed(self.remove(&id)).await;
+        done?;
+        Ok(ContainerCycle {
+            create,
+            start,
+            exec,
+            stop,
+            remove,
+        })
     }
 
     async fn exec_true(&mut self, id: &str) -> Result<i32> {

@@ -1133,6 +1133,22 @@ async fn mounts_devices_and_oom_score_adj() {
     assert!(handler.features.unwrap().recursive_read_only_mounts);
     assert!(status.features.unwrap().mount_options);
 
+    // The standard device rules are in force. crius's spec carries only "deny everything" for
+    // its own path and libcontainer adds the allows (spec::devices::default_rules): the
+    // standard nodes open, any node may be made, and one of another device does not open
+    // (loop0: the device cgroup refuses the open before the driver sees it).
+    let c = shell(
+        &env,
+        "standard-devices",
+        "for d in null zero full random urandom; do head -c 1 /dev/$d > /dev/null && echo $d; done; \
+         mknod /tmp/n c 1 3 && echo x > /tmp/n && echo mknod; \
+         mknod /tmp/b b 7 0 && head -c 1 /tmp/b 2>&1 | grep -o 'not permitted'",
+    );
+    assert_eq!(
+        run_ok(&env, &p, c).await,
+        "null\nzero\nfull\nrandom\nurandom\nmknod\nnot permitted"
+    );
+
     // Devices: /dev/null appears as /dev/mynull.
     let mut c = shell(
         &env,

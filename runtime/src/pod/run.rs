@@ -368,6 +368,7 @@ impl Daemon {
         }
         let etc = |name: &str| paths.dir.join(name);
         let (hosts, resolv, hostname_file) = (etc("hosts"), etc("resolv.conf"), etc("hostname"));
+        let runtime = self.handlers().get(&record.runtime_handler)?.oci_runtime();
         let mut spec = crate::spec::sandbox_spec(&crate::spec::SandboxSpecInput {
             sandbox_id: id,
             config,
@@ -381,8 +382,8 @@ impl Daemon {
             hostname_file: Some(&hostname_file),
             shm_dir: shm,
             userns_path: id_maps_root.is_some().then_some(paths.userns.as_path()),
+            builtin: runtime.is_none(),
         })?;
-        let runtime = self.handlers().get(&record.runtime_handler)?.oci_runtime();
         if runtime.is_some() {
             crate::spec::set_userns_mappings(&mut spec, config)?;
         }

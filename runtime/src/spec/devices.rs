@@ -183,13 +183,20 @@ fn rule(
 /// The device cgroup rules every container starts with: deny everything, then allow mknod of
 /// any node and use of the standard ones (null, zero, full, random, urandom, tty, console,
 /// ptmx, the pty slaves and tun).
-pub(crate) fn default_rules() -> Result<Vec<LinuxDeviceCgroup>> {
+///
+/// For crius's own path (`builtin`) only the deny: libcontainer 0.7 appends exactly those
+/// allows to the spec's rules itself (libcgroups' default devices, on v1 and v2 alike), as
+/// runc does under containerd, whose specs carry the deny alone. Listed here too, each was
+/// applied twice: on v1 one more write to `devices.allow` per rule in the create's
+/// intermediate process, twelve per container. An OCI runtime handler gets them listed.
+pub(crate) fn default_rules(builtin: bool) -> Result<Vec<LinuxDeviceCgroup>> {
     use LinuxDeviceType::{B, C};
-    let mut rules = vec![
-        rule(false, None, None, None, "rwm")?,
-        rule(true, Some(C), None, None, "m")?,
-        rule(true, Some(B), None, None, "m")?,
-    ];
+    let mut rules = vec![rule(false, None, None, None, "rwm")?];
+    if builtin {
+        return Ok(rules);
+    }
+    rules.push(rule(true, Some(C), None, None, "m")?);
+    rules.push(rule(true, Some(B), None, None, "m")?);
     for (major, minor) in [
         (1, 3),
         (1, 5),
@@ -270,12 +277,15 @@ mod tests {
 
     #[test]
     fn default_rules_deny_first() {
-        let rules = default_rules().unwrap();
+        let rules = default_rules(false).unwrap();
         assert!(!rules[0].allow());
         assert_eq!(rules[0].access().as_deref(), Some("rwm"));
         assert!(rules[1..].iter().all(|r| r.allow()));
         assert!(rules
             .iter()
             .any(|r| r.major() == Some(1) && r.minor() == Some(9)));
+        // libcontainer adds the allows itself
+        let builtin = default_rules(true).unwrap();
+        assert_eq!(builtin, rules[..1]);
     }
 }

@@ -147,6 +147,9 @@ pub struct SandboxSpecInput<'a> {
     pub shm_dir: Option<&'a Path>,
     /// The pod's pinned user namespace, required when the pod asks for one.
     pub userns_path: Option<&'a Path>,
+    /// Whether crius's own path (libcontainer) runs the pause, see
+    /// [`ContainerSpecInput::builtin`].
+    pub builtin: bool,
 }
 
 /// What a container in a pod needs.
@@ -465,7 +468,7 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
     let all_mounts = mounts::assemble(standard, overrides);
 
     let mut resources = LinuxResources::default();
-    resources.set_devices(Some(devices::default_rules()?));
+    resources.set_devices(Some(devices::default_rules(input.builtin)?));
     resources.set_cpu(Some(
         LinuxCpuBuilder::default()
             .shares(SANDBOX_CPU_SHARES)
@@ -715,7 +718,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     let mut rules = if privileged {
         devices::allow_all_rules()?
     } else {
-        devices::default_rules()?
+        devices::default_rules(input.builtin)?
     };
     rules.extend(device_rules);
     if privileged && input.host_devices_for_privileged {

@@ -602,6 +602,7 @@ fn sandbox_input(config: &PodSandboxConfig) -> SandboxSpecInput<'_> {
         hostname_file: None,
         shm_dir: Some(Path::new("/run/crius/s1/shm")),
         userns_path: None,
+        builtin: true,
     }
 }
 

@@ -1,7 +1,7 @@
 //! `StopPodSandbox`: the pod's containers and pause process stopped, its network released.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crius_api::v1::ContainerEventType;
 
@@ -47,30 +47,45 @@ impl Daemon {
             .stop_pod_sandbox(id, || crate::nri::convert::pod(&record))
             .await;
         phases.mark("containers_nri");
-        if let Ok(shim) = self.shims.get(id).await {
-            if record.pause_pid.is_some() {
-                let _ = shim.kill(id, libc::SIGKILL, true).await;
-                let _ = shim.wait(id, Some(Duration::from_secs(5))).await;
+        // The pause is killed while the network is released: the CNI DEL needs the pinned
+        // netns, not the pause, which holds nothing the plugins release (the containers are
+        // stopped already, and the bridge plugin removes the pod's link before its address).
+        let pause = async {
+            let began = Instant::now();
+            if let Ok(shim) = self.shims.get(id).await {
+                if record.pause_pid.is_some() {
+                    let _ = shim.kill(id, libc::SIGKILL, true).await;
+                    let _ = shim.wait(id, Some(Duration::from_secs(5))).await;
+                }
             }
-        }
-        // Whatever is still in the cgroups of the pod's containers and pause has no shim to
-        // stop it (the shim died and its processes went to init): kill it there. Only those
-        // cgroups, not the whole pod cgroup: a client may (wrongly) give two pods one parent.
-        phases.mark("pause_kill");
-        let mut leftovers: Vec<String> = self
-            .containers_of(id)
-            .iter()
-            .map(|c| cgroups::container_cgroup(&record.cgroup, &c.id))
-            .collect();
-        leftovers.push(cgroups::container_cgroup(&record.cgroup, id));
-        for cgroup in &leftovers {
-            if !cgroups::reap::empty_cgroup_tree(cgroup, Duration::from_secs(5)).await {
-                tracing::warn!(pod = id, cgroup = %cgroup, "processes survive SIGKILL");
+            let killed = began.elapsed();
+            // Whatever is still in the cgroups of the pod's containers and pause has no shim
+            // to stop it (the shim died and its processes went to init): kill it there. Only
+            // those cgroups, not the whole pod cgroup: a client may (wrongly) give two pods
+            // one parent.
+            let mut leftovers: Vec<String> = self
+                .containers_of(id)
+                .iter()
+                .map(|c| cgroups::container_cgroup(&record.cgroup, &c.id))
+                .collect();
+            leftovers.push(cgroups::container_cgroup(&record.cgroup, id));
+            for cgroup in &leftovers {
+                if !cgroups::reap::empty_cgroup_tree(cgroup, Duration::from_secs(5)).await {
+                    tracing::warn!(pod = id, cgroup = %cgroup, "processes survive SIGKILL");
+                }
             }
-        }
-        phases.mark("cgroup_reap");
-        self.release_network(&record).await?;
-        phases.mark("cni_del");
+            (killed, began.elapsed() - killed)
+        };
+        let network = async {
+            let began = Instant::now();
+            (self.release_network(&record).await, began.elapsed())
+        };
+        let ((killed, reaped), (released, del)) = tokio::join!(pause, network);
+        phases.mark("pause_and_network");
+        phases.add("pause_kill", killed);
+        phases.add("cgroup_reap", reaped);
+        phases.add("cni_del", del);
+        released?;
         mounts::unmount(&PodPaths::new(&self.config.state, id).shm)?;
         let mut stopped_now = false;
         self.sandboxes.update(&self.store, id, |r| {

@@ -61,7 +61,10 @@
 //!   (which goes first alternates): a pod with the bridge network started, stopped and
 //!   removed, then a container created, started, probed, stopped and removed in a pod of
 //!   each. Both runtimes meet the machine in the same state, so the ratio of their medians
-//!   does not move with the machine's drift between runs; only those calls are timed;
+//!   does not move with the machine's drift between runs; only those calls are timed. With
+//!   `--against DIR` instead of `--endpoint`, the second runtime is another build of crius
+//!   (`DIR/crius` and `DIR/crius-shim`, started beside the first with its own directories and
+//!   bridge network): an A/B of two builds that the drift between runs does not blur;
 //! - `--host-mounts N`: N more mounts on the host (small tmpfs mounts in a temporary directory,
 //!   removed at the end) for the whole run, as a node with many pods and volumes has: how the
 //!   calls grow with the size of the mount table. The bench prints the host's mount count.
@@ -98,6 +101,9 @@ type Result<T> = std::result::Result<T, BoxError>;
 const CNI_BIN: &str = "/usr/lib/cni";
 const BRIDGE: &str = "crius-bench0";
 const SUBNET: &str = "10.88.160.0/24";
+/// The network of the second crius of `--interleave --against`.
+const BRIDGE_B: &str = "crius-bench1";
+const SUBNET_B: &str = "10.88.162.0/24";
 /// Pods are placed below this cgroup (kubelet-like: one parent per pod); removed at the end.
 const CGROUP_ROOT: &str = "crius-bench";
 const NAMESPACE: &str = "crius-bench";
@@ -130,6 +136,9 @@ struct Args {
     host_mounts: usize,
     /// The calls on crius and on `--endpoint`'s runtime in turn (`--interleave`).
     interleave: bool,
+    /// With `--interleave`: another build of crius (`DIR/crius`, `DIR/crius-shim`) instead of
+    /// `--endpoint`'s runtime (`--against DIR`).
+    against: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -150,6 +159,7 @@ fn parse_args() -> Result<Args> {
         steady: 0,
         host_mounts: 0,
         interleave: false,
+        against: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -176,6 +186,7 @@ fn parse_args() -> Result<Args> {
             "--steady" => args.steady = value()?.parse()?,
             "--host-mounts" => args.host_mounts = value()?.parse()?,
             "--interleave" => args.interleave = true,
+            "--against" => args.against = Some(PathBuf::from(value()?)),
             "--nri" => {
                 args.nri = value()?;
                 if !["on", "off", "plugin"].contains(&args.nri.as_str()) {
@@ -190,8 +201,14 @@ fn parse_args() -> Result<Args> {
     if args.iterations == 0 {
         return Err("--iterations must be at least 1".into());
     }
-    if args.interleave && args.endpoint.is_none() {
-        return Err("--interleave needs --endpoint (the runtime to compare crius with)".into());
+    if args.interleave && args.endpoint.is_some() == args.against.is_some() {
+        return Err(
+            "--interleave needs --endpoint (another runtime) or --against (another crius build)"
+                .into(),
+        );
+    }
+    if args.against.is_some() && !args.interleave {
+        return Err("--against is for --interleave".into());
     }
     if (args.endpoint.is_some() || args.serve) && args.hosts_dir.is_none() {
         return Err("--endpoint needs --hosts-dir (the runtime's registry config_path)".into());
@@ -268,6 +285,7 @@ async fn run(args: &Args) -> Result<()> {
         let result = interleaved(args, &registry, &work, &busybox.reference).await;
         remove_cgroups();
         delete_link(BRIDGE);
+        delete_link(BRIDGE_B);
         return result;
     }
 
@@ -370,30 +388,41 @@ async fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// `--interleave`: the calls on crius and on `--endpoint`'s runtime in turn, one iteration at
-/// a time, and the ratio of their medians.
+/// `--interleave`: the calls on crius and on `--endpoint`'s runtime (or on the crius build of
+/// `--against`) in turn, one iteration at a time, and the ratio of their medians.
 async fn interleaved(
     args: &Args,
     registry: &Registry,
     work: &TestDir,
     busybox: &str,
 ) -> Result<()> {
-    let socket = args.endpoint.as_deref().ok_or("--endpoint missing")?;
-    let hosts_dir = args.hosts_dir.as_deref().ok_or("--hosts-dir missing")?;
-    write_mirror(hosts_dir, &args.mirror, &registry.host_port())?;
-    push_pause_image(registry, work)?;
     let daemon = Daemon::start(work, args.crius_log.as_deref(), None, &args.nri)?;
     let crius_channel = daemon.connect().await?;
-    let other_channel = crius_tests::crius::connect(socket).await?;
+    // The second runtime: another crius build, with its own directories and network, or the
+    // runtime at --endpoint, which pulls through the bench's mirror.
+    let mut second = None;
+    let (other_channel, other_image) = match (&args.against, &args.endpoint) {
+        (Some(dir), _) => {
+            let (bin, shim) = (dir.join("crius"), dir.join("crius-shim"));
+            let d = Daemon::start_build(work, (&bin, &shim), true, None, None, &args.nri)?;
+            let channel = d.connect().await?;
+            second = Some(d);
+            (channel, busybox.to_string())
+        }
+        (None, Some(socket)) => {
+            let hosts_dir = args.hosts_dir.as_deref().ok_or("--hosts-dir missing")?;
+            write_mirror(hosts_dir, &args.mirror, &registry.host_port())?;
+            push_pause_image(registry, work)?;
+            let image = format!("{}/{}:latest", args.mirror, TestImage::Busybox.repository());
+            (crius_tests::crius::connect(socket).await?, image)
+        }
+        (None, None) => return Err("--interleave needs --endpoint or --against".into()),
+    };
     let mut benches = Vec::new();
     for (channel, image, seq) in [
         (crius_channel, busybox.to_string(), 0),
-        // Other pod names (and so other pod cgroups) than crius's.
-        (
-            other_channel,
-            format!("{}/{}:latest", args.mirror, TestImage::Busybox.repository()),
-            1_000_000,
-        ),
+        // Other pod names (and so other pod cgroups) than the first's.
+        (other_channel, other_image, 1_000_000),
     ] {
         let logs = work.join(format!("logs-{seq}"));
         std::fs::create_dir_all(&logs)?;
@@ -411,9 +440,13 @@ async fn interleaved(
         let v = b.rt.version(VersionRequest::default()).await?.into_inner();
         names.push(format!("{} {}", v.runtime_name, v.runtime_version));
     }
-    benches[1]
-        .pull(&format!("{}/{PAUSE_REPOSITORY}:latest", args.mirror))
-        .await?;
+    if let Some(dir) = &args.against {
+        names[1] = format!("{} from {}", names[1], dir.display());
+    } else {
+        benches[1]
+            .pull(&format!("{}/{PAUSE_REPOSITORY}:latest", args.mirror))
+            .await?;
+    }
     for b in &mut benches {
         let image = b.busybox.clone();
         b.pull(&image).await?;
@@ -426,8 +459,20 @@ async fn interleaved(
         }
     }
     daemon.stop();
+    if let Some(d) = second {
+        d.stop();
+    }
     let ops = result?;
     cleanup?;
+    if args.against.is_some() {
+        println!(
+            "crius (a) from {}",
+            crius_tests::binary("crius")?
+                .parent()
+                .unwrap_or(Path::new(""))
+                .display()
+        );
+    }
     println!(
         "interleaved: {} (a) and {} (b), {} iterations, medians in ms",
         names[0], names[1], args.iterations
@@ -1526,6 +1571,7 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// crius as `CRIUS_BIN` and `CRIUS_SHIM_BIN` say (see [`Daemon::start_build`]).
     fn start(
         work: &TestDir,
         log: Option<&Path>,
@@ -1533,20 +1579,37 @@ impl Daemon {
         nri: &str,
     ) -> Result<Daemon> {
         let bin = crius_tests::binary("crius")?;
+        let shim = crius_tests::binary("crius-shim")?;
+        Daemon::start_build(work, (&bin, &shim), false, log, metrics, nri)
+    }
+
+    /// Starts `crius` with `shim` in `work`; `second`: the other one of `--against`, with
+    /// directories and a bridge network of its own.
+    fn start_build(
+        work: &TestDir,
+        (bin, shim): (&Path, &Path),
+        second: bool,
+        log: Option<&Path>,
+        metrics: Option<&str>,
+        nri: &str,
+    ) -> Result<Daemon> {
         // The shim the bench measures is the one the daemon starts, so A/B runs of two shim
         // builds work; made absolute, as the daemon resolves it itself.
-        let shim = crius_tests::binary("crius-shim")?;
         let shim =
-            std::fs::canonicalize(&shim).map_err(|e| format!("resolve {}: {e}", shim.display()))?;
-        let dir = work.join("crius");
-        let conf_dir = work.join("net.d");
+            std::fs::canonicalize(shim).map_err(|e| format!("resolve {}: {e}", shim.display()))?;
+        let (name, network, bridge, subnet) = match second {
+            false => ("crius", "crius-bench", BRIDGE, SUBNET),
+            true => ("crius-b", "crius-bench-b", BRIDGE_B, SUBNET_B),
+        };
+        let dir = work.join(name);
+        let conf_dir = dir.join("net.d");
         let hosts = work.join("certs.d");
         for d in [&dir, &conf_dir, &hosts] {
             std::fs::create_dir_all(d)?;
         }
         std::fs::write(
             conf_dir.join("10-crius-bench.conflist"),
-            conflist("crius-bench", BRIDGE, SUBNET, &work.join("ipam")),
+            conflist(network, bridge, subnet, &dir.join("ipam")),
         )?;
         let config = dir.join("config.toml");
         std::fs::write(
@@ -1571,7 +1634,7 @@ impl Daemon {
         let log_path = log.map_or_else(|| dir.join("crius.log"), Path::to_path_buf);
         let log = std::fs::File::create(&log_path)
             .map_err(|e| format!("create {}: {e}", log_path.display()))?;
-        let child = Command::new(&bin)
+        let child = Command::new(bin)
             .arg("--config")
             .arg(&config)
             .arg("--root")

@@ -400,21 +400,18 @@ async fn interleaved(
     let crius_channel = daemon.connect().await?;
     // The second runtime: another crius build, with its own directories and network, or the
     // runtime at --endpoint, which pulls through the bench's mirror.
-    let mut second = None;
-    let (other_channel, other_image) = match (&args.against, &args.endpoint) {
+    let (other_channel, other_image, second) = match (&args.against, &args.endpoint) {
         (Some(dir), _) => {
             let (bin, shim) = (dir.join("crius"), dir.join("crius-shim"));
             let d = Daemon::start_build(work, (&bin, &shim), true, None, None, &args.nri)?;
-            let channel = d.connect().await?;
-            second = Some(d);
-            (channel, busybox.to_string())
+            (d.connect().await?, busybox.to_string(), Some(d))
         }
         (None, Some(socket)) => {
             let hosts_dir = args.hosts_dir.as_deref().ok_or("--hosts-dir missing")?;
             write_mirror(hosts_dir, &args.mirror, &registry.host_port())?;
             push_pause_image(registry, work)?;
             let image = format!("{}/{}:latest", args.mirror, TestImage::Busybox.repository());
-            (crius_tests::crius::connect(socket).await?, image)
+            (crius_tests::crius::connect(socket).await?, image, None)
         }
         (None, None) => return Err("--interleave needs --endpoint or --against".into()),
     };

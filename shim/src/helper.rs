@@ -83,7 +83,12 @@ pub enum HelperOp {
     /// Remove the container's cgroup and libcontainer state.
     Delete,
     /// Run the OCI process in `process` (a JSON file) in the running container.
-    Exec { process: PathBuf },
+    /// `cgroup_mounts`: the mount points of the cgroup hierarchies the container is in, as
+    /// the shim found them once; empty, the helper reads the host's mount table itself.
+    Exec {
+        process: PathBuf,
+        cgroup_mounts: Vec<PathBuf>,
+    },
     /// Wait until the container's process exits and report its exit code (OCI runtimes whose
     /// containers share the sandbox's pid, as gVisor's do: `<rt> wait`).
     Wait,
@@ -158,9 +163,16 @@ impl HelperCall {
                 args.push("--signal".into());
                 args.push(signal.to_string().into());
             }
-            HelperOp::Exec { process } => {
+            HelperOp::Exec {
+                process,
+                cgroup_mounts,
+            } => {
                 args.push("--process".into());
                 args.push(process.clone().into());
+                for mount in cgroup_mounts {
+                    args.push("--cgroup-mount".into());
+                    args.push(mount.clone().into());
+                }
             }
             HelperOp::Checkpoint {
                 image_path,
@@ -208,6 +220,7 @@ impl HelperCall {
         let mut bundle = None;
         let mut console_dir = None;
         let mut process = None;
+        let mut cgroup_mounts = Vec::new();
         let mut signal = None;
         let mut image_path = None;
         let mut work_path = None;
@@ -229,6 +242,7 @@ impl HelperCall {
                 "--bundle" => bundle = Some(PathBuf::from(value)),
                 "--console-dir" => console_dir = Some(PathBuf::from(value)),
                 "--process" => process = Some(PathBuf::from(value)),
+                "--cgroup-mount" => cgroup_mounts.push(PathBuf::from(value)),
                 "--image-path" => image_path = Some(PathBuf::from(value)),
                 "--work-path" => work_path = Some(PathBuf::from(value)),
                 "--criu" => criu = Some(PathBuf::from(value)),
@@ -275,6 +289,7 @@ impl HelperCall {
             "wait" => HelperOp::Wait,
             "exec" => HelperOp::Exec {
                 process: process.ok_or("exec needs --process")?,
+                cgroup_mounts,
             },
             "checkpoint" => HelperOp::Checkpoint {
                 image_path: image_path.ok_or("checkpoint needs --image-path")?,
@@ -652,6 +667,14 @@ mod tests {
         round_trip(HelperOp::Delete);
         round_trip(HelperOp::Exec {
             process: PathBuf::from("/e/1.json"),
+            cgroup_mounts: Vec::new(),
+        });
+        round_trip(HelperOp::Exec {
+            process: PathBuf::from("/e/1.json"),
+            cgroup_mounts: vec![
+                PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"),
+                PathBuf::from("/sys/fs/cgroup/memory"),
+            ],
         });
         round_trip(HelperOp::Checkpoint {
             image_path: PathBuf::from("/c/checkpoint"),

@@ -113,10 +113,17 @@ fn run(args: Vec<OsString>) -> Result<(i32, Option<OwnedFd>), String> {
             };
             libct::create(id, &bundle, root, stdio)
         }
-        HelperOp::Exec { process } => {
-            crius_shim::exec::exec(root, id, &process, [stdio(0), stdio(1), stdio(2)])
-                .map_err(|e| libct::chain("exec", &e))
-        }
+        HelperOp::Exec {
+            process,
+            cgroup_mounts,
+        } => crius_shim::exec::exec(
+            root,
+            id,
+            &process,
+            &cgroup_mounts,
+            [stdio(0), stdio(1), stdio(2)],
+        )
+        .map_err(|e| libct::chain("exec", &e)),
         HelperOp::Start => libct::start(root, id).map(|()| (0, None)),
         HelperOp::Kill { signal } => libct::kill_all(root, id, signal).map(|()| (0, None)),
         HelperOp::Delete => libct::delete(root, id).map(|()| (0, None)),
@@ -152,7 +159,7 @@ fn run_oci(
             };
             oci_cli::create(rt, root, id, &bundle, stdio)
         }
-        HelperOp::Exec { process } => {
+        HelperOp::Exec { process, .. } => {
             // A directory of its own for the console socket: execs run side by side.
             let console_dir = match oci_cli::wants_terminal(&process)? {
                 true => {

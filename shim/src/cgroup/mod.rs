@@ -93,6 +93,15 @@ impl Hierarchies {
         Ok(Self::V1(v1::Layout::from_mountinfo(&mountinfo)))
     }
 
+    /// The mount point of each hierarchy a container's cgroup is in: the v1 hierarchies
+    /// libcontainer uses, or the cgroup2 root.
+    pub fn mounts(&self) -> Vec<PathBuf> {
+        match self {
+            Self::V1(layout) => layout.mounts.clone(),
+            Self::V2(root) => vec![root.clone()],
+        }
+    }
+
     /// Send `signal` to every process in the cgroup `cgroup_path` (absolute, as in the spec)
     /// and its descendants. The cgroup is frozen while its processes are listed and signalled,
     /// so none can fork a child that escapes the signal; if it does not freeze in time it is

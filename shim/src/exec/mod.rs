@@ -18,7 +18,8 @@
 //!    exec process the shim wrote.
 //! 2. Open `/proc/<init>/ns/*` for each namespace the init does not share with the helper.
 //! 3. Join the container's cgroup (the helper's pid into `cgroup.procs` of `linux.cgroupsPath`
-//!    in every hierarchy libcontainer uses), and set the process's `oom_score_adj`.
+//!    in every hierarchy libcontainer uses, at the mount points the shim passes, found once
+//!    per shim), and set the process's `oom_score_adj`.
 //! 4. `setns` into the namespaces: all but the user namespace first (host root may join
 //!    namespaces owned by the host's user namespace only before it enters the container's),
 //!    then the user namespace, then any that needed it. The mount namespace comes last among
@@ -172,6 +173,7 @@ pub fn exec(
     root: &Path,
     id: &str,
     process_json: &Path,
+    cgroup_mounts: &[PathBuf],
     stdio: [Option<OwnedFd>; 3],
 ) -> Result<(i32, Option<OwnedFd>)> {
     let (init_pid, bundle) = read_state(&root.join(id))?;
@@ -206,7 +208,7 @@ pub fn exec(
 
     let namespaces = open_namespaces(init_pid)?;
     if let Some(cgroup) = linux.cgroups_path() {
-        join_cgroup(cgroup)?;
+        join_cgroup(cgroup, cgroup_mounts)?;
     }
     if let Some(value) = process.oom_score_adj() {
         set_oom_score_adj(value)?;

@@ -200,8 +200,11 @@ impl Shim {
     ) -> Result<(u64, PathBuf), ShimError> {
         let exec_id = self.next();
         let process_file = self.write_process_file(exec_id, process, id)?;
+        // The helper reads the host's mount table itself if the shim cannot name them.
+        let cgroup_mounts = self.hierarchies().map(|h| h.mounts()).unwrap_or_default();
         let op = HelperOp::Exec {
             process: process_file.clone(),
+            cgroup_mounts,
         };
         let raw = [0, 1, 2].map(|i| stdio[i].as_ref().map(|f| f.as_raw_fd()));
         let purpose = HelperPurpose::Exec { exec: exec_id };

@@ -193,7 +193,7 @@ impl Shim {
     }
 
     /// The host's cgroup hierarchies (looked up once).
-    fn hierarchies(&mut self) -> Result<&Hierarchies, String> {
+    pub(super) fn hierarchies(&mut self) -> Result<&Hierarchies, String> {
         if self.cgroups.is_none() {
             let found = Hierarchies::detect().map_err(|e| crius_common::error_chain(&e))?;
             self.cgroups = Some(found);

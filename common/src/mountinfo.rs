@@ -69,6 +69,18 @@ pub fn libcontainer_v1_mounts(text: &str) -> Vec<(&'static str, PathBuf)> {
         .collect()
 }
 
+/// The mount points of [`libcontainer_v1_mounts`]' answer, each once (co-mounted controllers
+/// share one), in the order of their first controller: where a container's cgroup is made.
+pub fn distinct_mounts(mounts: &[(&'static str, PathBuf)]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    for (_, mount) in mounts {
+        if !roots.contains(mount) {
+            roots.push(mount.clone());
+        }
+    }
+    roots
+}
+
 /// Undo mountinfo's octal escapes (`\040` is a space); anything else stays as it is.
 pub fn unescape(field: &str) -> Vec<u8> {
     let bytes = field.as_bytes();
@@ -110,6 +122,23 @@ mod tests {
         assert_eq!(all[0].super_options, "rw,errors=continue");
         assert_eq!(all[1].fs_type, "cgroup");
         assert_eq!(all[1].super_options, "rw,cpu,cpuacct");
+    }
+
+    #[test]
+    fn comounted_controllers_give_one_root() {
+        let text =
+            "25 1 0:22 / /sys/fs/cgroup/cpu,cpuacct rw shared:9 - cgroup cgroup rw,cpu,cpuacct\n\
+                    26 1 0:23 / /sys/fs/cgroup/memory rw shared:10 - cgroup cgroup rw,memory\n\
+                    27 1 0:24 / /sys/fs/cgroup/unified rw shared:11 - cgroup2 cgroup2 rw\n";
+        let all = libcontainer_v1_mounts(text);
+        assert_eq!(all.len(), 3, "{all:?}");
+        assert_eq!(
+            distinct_mounts(&all),
+            [
+                PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"),
+                PathBuf::from("/sys/fs/cgroup/memory")
+            ]
+        );
     }
 
     #[test]

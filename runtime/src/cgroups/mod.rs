@@ -392,7 +392,10 @@ pub fn make_container_dirs_ahead(pod_cgroup: &str, id: &str) {
         return;
     }
     let roots = DIRS.get_or_init(|| {
-        libcontainer_v1_roots(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        crius_common::mountinfo::distinct_mounts(&crius_common::mountinfo::libcontainer_v1_mounts(
+            &info,
+        ))
     });
     let cgroup = container_cgroup(pod_cgroup, id);
     let rel = cgroup.trim_start_matches('/');
@@ -405,18 +408,6 @@ pub fn make_container_dirs_ahead(pod_cgroup: &str, id: &str) {
             tracing::debug!(dir = %dir.display(), "make a container's cgroup ahead: {e}");
         }
     }
-}
-
-/// The v1 hierarchies libcontainer makes a container's cgroup in, each once (comounted
-/// controllers share one).
-fn libcontainer_v1_roots(mountinfo: &str) -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = crius_common::mountinfo::libcontainer_v1_mounts(mountinfo)
-        .into_iter()
-        .map(|(_, mount)| mount)
-        .collect();
-    roots.sort();
-    roots.dedup();
-    roots
 }
 
 /// Every cgroup hierarchy mounted on this host (each v1 controller and the v2 tree).
@@ -1620,8 +1611,10 @@ mod tests {
         {
             return;
         }
-        let roots =
-            libcontainer_v1_roots(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let roots = crius_common::mountinfo::distinct_mounts(
+            &crius_common::mountinfo::libcontainer_v1_mounts(&info),
+        );
         assert!(!roots.is_empty());
         let pod = format!("/crius-test-ahead-{}", std::process::id());
         for root in &roots {

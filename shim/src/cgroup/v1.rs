@@ -20,16 +20,13 @@ impl Layout {
     /// From the text of `/proc/self/mountinfo`: the hierarchies libcontainer uses
     /// ([`crius_common::mountinfo::libcontainer_v1_mounts`]).
     pub fn from_mountinfo(text: &str) -> Self {
-        let mut layout = Layout::default();
-        for (controller, mount) in crius_common::mountinfo::libcontainer_v1_mounts(text) {
-            if controller == "freezer" {
-                layout.freezer = Some(mount.clone());
-            }
-            if !layout.mounts.contains(&mount) {
-                layout.mounts.push(mount);
-            }
+        let all = crius_common::mountinfo::libcontainer_v1_mounts(text);
+        Layout {
+            mounts: crius_common::mountinfo::distinct_mounts(&all),
+            freezer: all
+                .into_iter()
+                .find_map(|(controller, mount)| (controller == "freezer").then_some(mount)),
         }
-        layout
     }
 }
 

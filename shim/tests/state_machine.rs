@@ -464,6 +464,22 @@ fn an_init_that_exits_while_its_start_helper_runs() {
 }
 
 #[test]
+fn an_exec_helper_is_told_the_hosts_cgroup_mounts() {
+    let mut rig = Rig::new();
+    rig.running("c");
+    rig.send(exec_op("c"));
+    rig.no_answer();
+    let exec_helper = rig.helpers() - 1;
+    let HelperOp::Exec { cgroup_mounts, .. } = rig.helper(exec_helper).1 else {
+        panic!("not an exec helper");
+    };
+    // What the helper would otherwise read from the mount table itself, found by the shim.
+    let host = crius_shim::cgroup::Hierarchies::detect().unwrap().mounts();
+    assert!(!host.is_empty());
+    assert_eq!(cgroup_mounts, host);
+}
+
+#[test]
 fn a_forced_delete_kills_the_init_and_waits_for_running_helpers() {
     let mut rig = Rig::new();
     let init = rig.running("c");

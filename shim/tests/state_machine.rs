@@ -224,6 +224,14 @@ impl Rig {
         self.fake.0.borrow().helpers.len()
     }
 
+    /// Asks for an exec in container `id`, which stays unanswered until its helper reports;
+    /// returns that helper's number.
+    fn exec_pending(&mut self, id: &str) -> usize {
+        self.send(exec_op(id));
+        self.no_answer();
+        self.helpers() - 1
+    }
+
     /// Helper `n` reports `outcome`.
     fn report(&mut self, n: usize, outcome: Outcome) {
         let w = self.fake.0.borrow();
@@ -467,9 +475,7 @@ fn an_init_that_exits_while_its_start_helper_runs() {
 fn an_exec_helper_is_told_the_hosts_cgroup_mounts() {
     let mut rig = Rig::new();
     rig.running("c");
-    rig.send(exec_op("c"));
-    rig.no_answer();
-    let exec_helper = rig.helpers() - 1;
+    let exec_helper = rig.exec_pending("c");
     let HelperOp::Exec { cgroup_mounts, .. } = rig.helper(exec_helper).1 else {
         panic!("not an exec helper");
     };
@@ -484,9 +490,7 @@ fn a_forced_delete_kills_the_init_and_waits_for_running_helpers() {
     let mut rig = Rig::new();
     let init = rig.running("c");
     // An exec whose helper has not reported yet.
-    rig.send(exec_op("c"));
-    rig.no_answer();
-    let exec_helper = rig.helpers() - 1;
+    let exec_helper = rig.exec_pending("c");
     assert!(matches!(rig.helper(exec_helper).1, HelperOp::Exec { .. }));
     // A second connection deletes by force.
     let mut deleter = UnixStream::connect(rig._dir.path().join("state/control.sock")).unwrap();
@@ -560,9 +564,7 @@ fn a_failed_delete_leaves_the_container_stopped_for_a_retry() {
 fn an_exec_whose_process_is_reaped_before_its_helper_reports() {
     let mut rig = Rig::new();
     rig.running("c");
-    rig.send(exec_op("c"));
-    rig.no_answer();
-    let n = rig.helpers() - 1;
+    let n = rig.exec_pending("c");
     let pid = rig.fake.pid();
     rig.shim.process_exited(pid, 7 << 8);
     rig.report(n, Outcome::Ok { pid });

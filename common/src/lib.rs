@@ -1,9 +1,11 @@
 //! What every crius crate needs from the file system and had written once each: replacing a
 //! file atomically with an explicit durability, reading `/proc/self/mountinfo`, removing a
-//! cgroup directory tree, and dates from day counts. std and libc only, as the shim links it.
+//! cgroup directory tree, letting go of the code pages start-up mapped, and dates from day
+//! counts. std and libc only, as the shim links it.
 
 pub mod fs;
 pub mod mountinfo;
+pub mod text_pages;
 
 /// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01 (H. Hinnant's
 /// `civil_from_days`), for RFC 3339 times without a date crate (the shim's budget).

@@ -29,7 +29,7 @@ pub mod spec;
 pub mod store;
 pub mod stream;
 pub mod telemetry;
-pub mod text_pages;
+pub use crius_common::text_pages;
 pub mod trash;
 pub mod userns;
 pub mod util;

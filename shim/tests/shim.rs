@@ -985,3 +985,59 @@ fn a_prepared_helper_runs_the_next_create_and_an_unused_one_ends() {
     });
     assert!(wait_for(Duration::from_secs(5), || !pod.shim_alive()));
 }
+
+/// The resident part of the shim's code: the `Rss` of its executable's `r-xp` mapping, in kB.
+fn text_rss_kb(pid: i32) -> u64 {
+    let smaps = fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut lines = smaps.lines();
+    while let Some(line) = lines.next() {
+        if line.contains(" r-xp ") && line.ends_with("crius-shim") {
+            let rss = lines.find(|l| l.starts_with("Rss:")).unwrap();
+            return rss["Rss:".len()..]
+                .trim()
+                .trim_end_matches(" kB")
+                .parse()
+                .unwrap();
+        }
+    }
+    panic!("no text mapping of crius-shim in /proc/{pid}/smaps");
+}
+
+#[test]
+fn the_shim_lets_go_of_the_text_its_start_mapped() {
+    let pod = Pod::start("text");
+    let bundle = pod.bundle("c", &["sleep", "1000"]);
+    runtime().block_on(async {
+        let client = pod.client().await;
+        let pid = client
+            .create_container(pod.create_request(&bundle))
+            .await
+            .unwrap();
+        pod.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        let started = text_rss_kb(pod.shim_pid);
+        // Unmapped, though what it runs next (its poll loop) faults back in at once, 64 KiB
+        // around each page: a drop of four such windows at least. Without memory pressure a
+        // process's mapped text only grows otherwise.
+        let after = crius_shim::server::TEXT_RELEASE_AFTER + Duration::from_secs(5);
+        assert!(
+            wait_for(after, || text_rss_kb(pod.shim_pid) + 256 <= started),
+            "text mapped: {started} kB after the start, {} kB now; {}",
+            text_rss_kb(pod.shim_pid),
+            fs::read_to_string(pod.state.join("shim.log")).unwrap_or_default()
+        );
+        // What it runs faults back in.
+        let out = client
+            .exec_sync(ExecSync {
+                id: bundle.id.clone(),
+                process: exec_process(&["echo", "still-serving"]),
+                timeout_ms: 10_000,
+                output_limit: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(out.stdout, b"still-serving\n");
+        client.delete(&bundle.id, true).await.unwrap();
+        client.shutdown().await.unwrap();
+    });
+}

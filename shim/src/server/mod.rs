@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crius_api::shim::{ErrorKind, Response, ShimError};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cgroup::Hierarchies;
 use crate::helper::{Helper, Launcher, Spawner};
@@ -92,7 +92,16 @@ pub struct Shim {
     shutdown_requested: bool,
     terminating: bool,
     buf: Vec<u8>,
+    /// When to let go of the start's text pages ([`TEXT_RELEASE_AFTER`]), until done.
+    text_release: Option<Instant>,
 }
+
+/// How long after its start the shim drops the page table entries of its code
+/// ([`crius_common::text_pages`]): by then the pod's first containers have usually been made;
+/// while a helper or an exec is under way it waits another second. The shim maps nearly all
+/// of its text in its first second (fault-around), the exec code it runs only in forked
+/// children included, and a pod's shim then mostly polls, logs and forks.
+pub const TEXT_RELEASE_AFTER: Duration = Duration::from_secs(10);
 
 fn err(kind: ErrorKind, message: impl Into<String>) -> ShimError {
     ShimError::new(kind, message)
@@ -135,7 +144,9 @@ impl Shim {
         let launcher = Spawner {
             helper: cfg.helper.clone(),
         };
-        Self::with_launcher(cfg, listener, signals, Box::new(launcher))
+        let mut shim = Self::with_launcher(cfg, listener, signals, Box::new(launcher))?;
+        shim.text_release = Some(Instant::now() + TEXT_RELEASE_AFTER);
+        Ok(shim)
     }
 
     /// A shim whose helpers and signals go through `launcher`.
@@ -170,6 +181,7 @@ impl Shim {
             shutdown_requested: false,
             terminating: false,
             buf: vec![0u8; 64 * 1024],
+            text_release: None,
         })
     }
 
@@ -297,6 +309,7 @@ impl Shim {
             .flat_map(ExecJob::timers)
             .chain(self.helpers.values().map(|h| h.deadline))
             .chain(self.prepared.front().map(|(_, until)| Some(*until)))
+            .chain(std::iter::once(self.text_release))
             .chain(
                 self.containers
                     .values()
@@ -351,6 +364,28 @@ impl Shim {
         }
         self.check_helper_timers(now);
         self.expire_prepared(now);
+        self.release_text(now);
+    }
+
+    /// Once, [`TEXT_RELEASE_AFTER`] into the shim's life and at a moment without a helper or
+    /// an exec under way, drop the mapped pages of its code.
+    fn release_text(&mut self, now: Instant) {
+        let Some(at) = self.text_release else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        if !self.helpers.is_empty() || !self.execs.is_empty() {
+            self.text_release = Some(now + Duration::from_secs(1));
+            return;
+        }
+        self.text_release = None;
+        // Logged before: the logging code would fault straight back in.
+        debug!(target: "crius_shim", "letting go of the start's text pages");
+        if let Err(e) = crius_common::text_pages::release() {
+            warn!(target: "crius_shim", error = %e, "release text pages");
+        }
     }
 
     /// SIGTERM/SIGINT: kill every container, record the exits, delete them, then exit.

@@ -1,14 +1,14 @@
-//! The daemon's own code and constants: what only start-up used is let go once crius serves.
+//! A program's own code and constants: what only its start used is let go once it serves.
 //!
-//! Start-up runs code no CRI call does (the command line, the configuration and CDI files,
-//! the database check, recovery, the runtime handlers' probes, the streaming server's
-//! certificate), and the kernel maps the neighbours of every page it faults in (fault-around),
-//! so after start most of the binary is mapped: 9.2 of its 10 MB of text. Mapped pages count
-//! in crius's RSS, and mapped executable ones are the last the kernel reclaims. A few seconds
-//! into serving (`RELEASE_AFTER`), crius drops the page table entries of its read-only mappings
-//! once (`MADV_DONTNEED`): what the calls use comes back on first use as minor faults from the
-//! page cache (no disk read), the rest stays in the page cache as ordinary, reclaimable file
-//! pages.
+//! Start-up runs code the steady work does not (crius: the command line, the configuration and
+//! CDI files, the database check, recovery, the runtime handlers' probes, the streaming
+//! server's certificate; the shim: its daemonizing and first container), and the kernel maps
+//! the neighbours of every page it faults in (fault-around), so after start most of the binary
+//! is mapped: 9.2 of crius's 10 MB of text. Mapped pages count in the process's RSS, and mapped
+//! executable ones are the last the kernel reclaims. Once, a little while into serving, the
+//! process drops the page table entries of its read-only mappings (`MADV_DONTNEED`): what it
+//! uses comes back on first use as minor faults from the page cache (no disk read), the rest
+//! stays in the page cache as ordinary, reclaimable file pages.
 //!
 //! Only a read-only mapping of the executable holding no anonymous (copy-on-write) page is
 //! touched, so not the relocated `.data.rel.ro`: dropping such a page's entry loses nothing,
@@ -69,8 +69,8 @@ fn clean_read_only_ranges(smaps: &str, exe: &Path) -> Vec<(usize, usize)> {
 /// How long after crius starts serving it releases the start-up pages: the tasks `start` spawns
 /// and the server's set-up run after the socket is claimed, and their code would otherwise stay
 /// mapped (measured: 6 to 8 MB of text mapped when the first call is answered). It then also
-/// waits for a moment without a running call ([`crate::service::handlers_running`]), for a
-/// minute at most: a call under way would fault all its code back in at once.
+/// waits for a moment without a running call, for a minute at most: a call under way would
+/// fault all its code back in at once.
 pub const RELEASE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Drops the page table entries of the executable's read-only mappings. Returns the bytes

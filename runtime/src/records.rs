@@ -149,10 +149,11 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         Ok(())
     }
 
-    /// Removes the record of `id` and releases its CRI `name` in one database transaction.
-    pub fn remove_named(&self, store: &Store, id: &str, name: &str) -> Result<()> {
+    /// Removes the record of `id` and releases its CRI `name` in one database transaction,
+    /// on disk before it returns or (`Flush::Later`) with the next durable commit.
+    pub fn remove_named(&self, store: &Store, id: &str, name: &str, flush: Flush) -> Result<()> {
         let mut map = self.write();
-        store.delete_named(self.table, id, name)?;
+        store.delete_named(self.table, id, name, flush)?;
         map.remove(id);
         Ok(())
     }

@@ -272,9 +272,13 @@ impl Store {
     /// Removes one record and releases the name it held (see [`Store::release_name`]) in one
     /// transaction: one durable commit instead of two, and no crash between them can leave a
     /// name reserved for a record that is gone.
-    pub fn delete_named(&self, table: Table, key: &str, name: &str) -> Result<()> {
+    pub fn delete_named(&self, table: Table, key: &str, name: &str, flush: Flush) -> Result<()> {
         let err = db_err(table, key);
-        let txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        if flush == Flush::Later {
+            txn.set_durability(redb::Durability::None)
+                .map_err(|e| err(e.into()))?;
+        }
         {
             let mut t = txn.open_table(table.def()).map_err(|e| err(e.into()))?;
             t.remove(key).map_err(|e| err(e.into()))?;
@@ -292,7 +296,11 @@ impl Store {
                 names.remove(name).map_err(|e| err(e.into()))?;
             }
         }
-        txn.commit().map_err(|e| err(e.into()))
+        txn.commit().map_err(|e| err(e.into()))?;
+        if flush == Flush::Later {
+            self.unflushed.notify_one();
+        }
+        Ok(())
     }
 
     /// Every record of a table, in key order.
@@ -534,17 +542,53 @@ mod tests {
         s.put(Table::Containers, "b", &rec(2)).unwrap();
         assert_eq!(s.reserve_name("ctr_0", "a").unwrap(), None);
         // "b" does not hold the name: its record goes, the name stays with "a"
-        s.delete_named(Table::Containers, "b", "ctr_0").unwrap();
+        s.delete_named(Table::Containers, "b", "ctr_0", Flush::Now)
+            .unwrap();
         assert_eq!(s.get::<Rec>(Table::Containers, "b").unwrap(), None);
         assert_eq!(s.reserve_name("ctr_0", "x").unwrap(), Some("a".into()));
-        s.delete_named(Table::Containers, "a", "ctr_0").unwrap();
+        s.delete_named(Table::Containers, "a", "ctr_0", Flush::Now)
+            .unwrap();
         drop(s);
         let s = Store::open(dir.path()).unwrap();
         assert!(s.list::<Rec>(Table::Containers).unwrap().is_empty());
         assert_eq!(s.reserve_name("ctr_0", "x").unwrap(), None);
         // deleting what is gone is not an error
-        s.delete_named(Table::Containers, "a", "ctr_0").unwrap();
+        s.delete_named(Table::Containers, "a", "ctr_0", Flush::Now)
+            .unwrap();
         assert_eq!(s.reserve_name("ctr_0", "y").unwrap(), Some("x".into()));
+    }
+
+    #[test]
+    fn an_unflushed_named_delete_is_seen_at_once_and_on_disk_after_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let rec = Rec {
+            name: "c".into(),
+            n: 1,
+        };
+        s.put_named(Table::Containers, "a", &rec, "ctr_0", Flush::Now)
+            .unwrap();
+        let unflushed = s.unflushed_writes();
+        s.delete_named(Table::Containers, "a", "ctr_0", Flush::Later)
+            .unwrap();
+        // The daemon's flusher is told.
+        let told = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(1), unflushed.notified())
+                    .await
+                    .is_ok()
+            });
+        assert!(told);
+        assert_eq!(s.get::<Rec>(Table::Containers, "a").unwrap(), None);
+        assert_eq!(s.reserve_name("ctr_0", "b").unwrap(), None);
+        s.flush().unwrap();
+        drop(s);
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.get::<Rec>(Table::Containers, "a").unwrap(), None);
+        assert_eq!(s.reserve_name("ctr_0", "x").unwrap(), Some("b".into()));
     }
 
     #[test]

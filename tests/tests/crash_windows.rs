@@ -209,6 +209,56 @@ async fn a_create_crius_died_right_after_is_kept_after_a_restart() {
     env.remove_all_and_check(&[c.as_str()], &pod).await;
 }
 
+/// RemoveContainer's commit is not flushed: crius killed right after it answered finds the
+/// record again at its start. The container is back as exited, without its bundle and layer,
+/// and a second RemoveContainer removes it with nothing left behind. Flushed within 100 ms: a
+/// crius killed later does not see it again.
+#[tokio::test]
+async fn a_remove_crius_died_right_after_is_undone_and_done_again() {
+    let mut env = Env::with_image(131).await;
+    let config = env.pod_config("unflushed-remove", false);
+    let pod = env.run_pod(config.clone()).await;
+    // The kill has to come before the flush: tried again if this machine was too slow.
+    let mut back = None;
+    for attempt in 0..3 {
+        let name = format!("gone{attempt}");
+        let c = env
+            .create_start(
+                &pod,
+                &config,
+                env.container_config(&name, &["sleep", "1000"]),
+            )
+            .await;
+        env.stop(&c, 0).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        env.remove(&c).await;
+        env.crius.kill9().unwrap();
+        env.crius.restart().await.unwrap();
+        let listed = env.list_containers(ContainerFilter::default()).await;
+        if listed.iter().any(|l| l.id == c) {
+            back = Some(c);
+            break;
+        }
+        assert!(
+            attempt < 2,
+            "the removal reached the disk before every kill"
+        );
+    }
+    let c = back.unwrap_or_default();
+    let s = env.status(&c).await;
+    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+    env.remove(&c).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.crius.kill9().unwrap();
+    env.crius.restart().await.unwrap();
+    let left = env.list_containers(ContainerFilter::default()).await;
+    assert!(
+        left.is_empty(),
+        "containers back after a flushed removal: {left:?}"
+    );
+    env.remove_all_and_check(&[], &pod).await;
+}
+
 /// A container recovered as running: StartContainer refuses it, StopContainer ends it.
 async fn refuses_a_second_start_and_stops(env: &Env, c: &str) {
     let again = env

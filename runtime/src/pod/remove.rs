@@ -7,6 +7,7 @@ use crate::cgroups;
 use crate::daemon::Daemon;
 use crate::error::Result;
 use crate::mounts;
+use crate::store::Flush;
 use crate::trash;
 use crate::util::LockGuard;
 
@@ -81,7 +82,8 @@ impl Daemon {
         phases.mark("cgroups");
         // The status it leaves with (stopped, no containers), for its DELETED event.
         let last = self.sandboxes.get(id).unwrap_or_else(|| record.clone());
-        self.sandboxes.remove_named(&self.store, id, &record.name)?;
+        self.sandboxes
+            .remove_named(&self.store, id, &record.name, Flush::Now)?;
         phases.mark("record");
         self.nri
             .remove_pod_sandbox(id, || crate::nri::convert::pod(&record))

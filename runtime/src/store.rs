@@ -270,8 +270,9 @@ impl Store {
     }
 
     /// Removes one record and releases the name it held (see [`Store::release_name`]) in one
-    /// transaction: one durable commit instead of two, and no crash between them can leave a
-    /// name reserved for a record that is gone.
+    /// transaction: one commit instead of two, and no crash between them can leave a name
+    /// reserved for a record that is gone. Durable before it returns with `Flush::Now`; with
+    /// `Flush::Later` the next durable commit carries it (the daemon's flusher is told).
     pub fn delete_named(&self, table: Table, key: &str, name: &str, flush: Flush) -> Result<()> {
         let err = db_err(table, key);
         let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;

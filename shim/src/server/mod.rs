@@ -99,8 +99,8 @@ pub struct Shim {
 /// How long after its start the shim drops the page table entries of its code
 /// ([`crius_common::text_pages`]): by then the pod's first containers have usually been made;
 /// while a helper or an exec is under way it waits another second. The shim maps nearly all
-/// of its text in its first second (fault-around), the exec code it runs only in forked
-/// children included, and a pod's shim then mostly polls, logs and forks.
+/// of its text in its first second (fault-around), and a running pod's shim then mostly
+/// polls, copies output, spawns an exec's helper and reaps.
 pub const TEXT_RELEASE_AFTER: Duration = Duration::from_secs(10);
 
 fn err(kind: ErrorKind, message: impl Into<String>) -> ShimError {

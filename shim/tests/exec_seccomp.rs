@@ -53,12 +53,7 @@ fn exec_runs_under_the_containers_seccomp_filter_namespaces_and_cgroups() {
 
     runtime().block_on(async {
         let client = pod.client().await;
-        let init = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(init);
-        client.start(&bundle.id).await.unwrap();
+        let init = pod.run(&client, &bundle).await;
         let init_status = fs::read_to_string(format!("/proc/{init}/status")).unwrap();
         assert_eq!(status_field(&init_status, "Seccomp"), "2");
 

@@ -126,12 +126,7 @@ fn footprint_and_latency() {
         summary("create, helper prepared", prepared);
 
         let bundle = pod.bundle("main", &["sleep", "1000"]);
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        pod.run(&client, &bundle).await;
 
         let mut exec = Vec::new();
         for _ in 0..30 {

@@ -130,12 +130,7 @@ fn kill_and_forced_delete() {
 
         // Kill every process of a container (its cgroup), not just the init.
         let d = pod.bundle("d", &["sh", "-c", "sleep 1000 & sleep 1000"]);
-        let pid_d = client
-            .create_container(pod.create_request(&d))
-            .await
-            .unwrap();
-        pod.track(pid_d);
-        client.start(&d.id).await.unwrap();
+        pod.run(&client, &d).await;
         std::thread::sleep(ms(100));
         let procs = std::path::Path::new("/sys/fs/cgroup/pids/crius-test")
             .join(&d.id)
@@ -170,12 +165,7 @@ fn exec_sync_output_exit_code_timeout_and_background_child() {
     let bundle = pod.bundle("c", &["sleep", "1000"]);
     runtime().block_on(async {
         let client = pod.client().await;
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        pod.run(&client, &bundle).await;
         let exec = |args: &[&str], timeout_ms: u64| ExecSync {
             id: bundle.id.clone(),
             process: exec_process(args),
@@ -254,12 +244,7 @@ fn reopen_log_continues_in_a_new_file() {
     );
     runtime().block_on(async {
         let client = pod.client().await;
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        pod.run(&client, &bundle).await;
         let log = pod.log_path(&bundle.id);
         assert!(wait_for(Duration::from_secs(5), || parse_log(&log).len() >= 5));
         let rotated = log.with_extension("log.1");
@@ -340,22 +325,12 @@ fn pause_reaps_orphans_and_exits_on_sigterm() {
 
     runtime().block_on(async {
         let client = pod.client().await;
-        let pause_pid = client
-            .create_container(pod.create_request(&sandbox))
-            .await
-            .unwrap();
-        pod.track(pause_pid);
-        client.start(&sandbox.id).await.unwrap();
+        let pause_pid = pod.run(&client, &sandbox).await;
 
         // A container in the pod's pid namespace leaves an orphan behind for pause to reap.
         let mut worker = pod.bundle("worker", &["sh", "-c", "(sleep 0.3; true) & exit 0"]);
         worker.join_pid_ns(pause_pid);
-        let pid = client
-            .create_container(pod.create_request(&worker))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&worker.id).await.unwrap();
+        pod.run(&client, &worker).await;
         client
             .wait(&worker.id, Some(Duration::from_secs(10)))
             .await
@@ -427,12 +402,7 @@ fn shim_outlives_its_launcher_and_shutdown_removes_state() {
 
     runtime().block_on(async {
         let client = pod.client().await;
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        let pid = pod.run(&client, &bundle).await;
         // The container is the shim's (re-parented) child, not ours: once the create helper
         // that cloned it has exited, which may be a moment after the reply.
         let parent_of = |pid: i32| -> i32 {
@@ -470,12 +440,7 @@ fn sigterm_to_the_shim_kills_its_containers_and_records_exits() {
     let bundle = pod.bundle("c", &["sleep", "1000"]);
     let pid = runtime().block_on(async {
         let client = pod.client().await;
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        let pid = pod.run(&client, &bundle).await;
         pid
     });
     // SAFETY: kill(2) of the shim this test started.
@@ -506,12 +471,7 @@ fn oom_kill_is_recorded() {
     bundle.set_memory_limit(16 * 1024 * 1024);
     runtime().block_on(async {
         let client = pod.client().await;
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        pod.run(&client, &bundle).await;
         let exit = client
             .wait(&bundle.id, Some(Duration::from_secs(30)))
             .await
@@ -589,12 +549,7 @@ fn after_a_shim_is_killed_its_containers_run_on_and_the_helper_cleans_up() {
     let bundle = pod.bundle("c", &["sleep", "1000"]);
     let pid = runtime().block_on(async {
         let client = pod.client().await;
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        let pid = pod.run(&client, &bundle).await;
         pid
     });
     // SAFETY: kill(2) of the shim this test started.
@@ -633,12 +588,7 @@ fn abandoned_waits_do_not_pile_up() {
     let bundle = pod.bundle("c", &["sleep", "1000"]);
     runtime().block_on(async {
         let client = pod.client().await;
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        pod.run(&client, &bundle).await;
         for _ in 0..20 {
             let e = client.wait(&bundle.id, Some(ms(10))).await.unwrap_err();
             assert!(
@@ -809,12 +759,7 @@ fn hooks_leave_start_and_delete_to_libcontainer() {
     );
     runtime().block_on(async {
         let client = pod.client().await;
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        pod.run(&client, &bundle).await;
         assert!(marks.join("poststart").exists());
         client.kill(&bundle.id, libc::SIGKILL, false).await.unwrap();
         client
@@ -846,22 +791,12 @@ fn kill_all_reaches_processes_that_outlive_the_init_in_a_shared_pid_namespace() 
     sandbox.add_ro_bind(&pause_bin, "/pause");
     runtime().block_on(async {
         let client = pod.client().await;
-        let pause_pid = client
-            .create_container(pod.create_request(&sandbox))
-            .await
-            .unwrap();
-        pod.track(pause_pid);
-        client.start(&sandbox.id).await.unwrap();
+        let pause_pid = pod.run(&client, &sandbox).await;
 
         // The init exits at once; its background child stays, in the container's cgroup.
         let mut worker = pod.bundle("worker", &["sh", "-c", "sleep 1000 & exit 0"]);
         worker.join_pid_ns(pause_pid);
-        let pid = client
-            .create_container(pod.create_request(&worker))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&worker.id).await.unwrap();
+        pod.run(&client, &worker).await;
         client
             .wait(&worker.id, Some(Duration::from_secs(10)))
             .await
@@ -950,12 +885,7 @@ fn a_prepared_helper_runs_the_next_create_and_an_unused_one_ends() {
 
         // Only a create takes a prepared helper: an exec (a probe) spawns its own, and the
         // prepared one still waits for the next create.
-        let sleeper_pid = client
-            .create_container(pod.create_request(&sleeper))
-            .await
-            .unwrap();
-        pod.track(sleeper_pid);
-        client.start(&sleeper.id).await.unwrap();
+        pod.run(&client, &sleeper).await;
         client.prepare().await.unwrap();
         let waiting = standby_helpers(pod.shim_pid);
         assert_eq!(waiting.len(), 1, "{waiting:?}");
@@ -1009,12 +939,7 @@ fn the_shim_lets_go_of_the_text_its_start_mapped() {
     let bundle = pod.bundle("c", &["sleep", "1000"]);
     runtime().block_on(async {
         let client = pod.client().await;
-        let pid = client
-            .create_container(pod.create_request(&bundle))
-            .await
-            .unwrap();
-        pod.track(pid);
-        client.start(&bundle.id).await.unwrap();
+        pod.run(&client, &bundle).await;
         let started = text_rss_kb(pod.shim_pid);
         // Unmapped, though what it runs next (its poll loop) faults back in at once, 64 KiB
         // around each page: a drop of four such windows at least. Without memory pressure a

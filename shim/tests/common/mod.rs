@@ -107,6 +107,17 @@ impl Pod {
         self.pids.lock().unwrap().push(pid);
     }
 
+    /// Create and start `bundle`'s container; its init's pid, killed on drop.
+    pub async fn run(&self, client: &Client, bundle: &Bundle) -> i32 {
+        let pid = client
+            .create_container(self.create_request(bundle))
+            .await
+            .unwrap();
+        self.track(pid);
+        client.start(&bundle.id).await.unwrap();
+        pid
+    }
+
     /// The create request for a bundle, logging to `<dir>/<id>.log`.
     pub fn create_request(&self, bundle: &Bundle) -> CreateContainer {
         CreateContainer {

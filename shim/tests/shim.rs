@@ -87,12 +87,7 @@ fn kill_and_forced_delete() {
     runtime().block_on(async {
         let client = pod.client().await;
         for bundle in [&a, &b] {
-            let pid = client
-                .create_container(pod.create_request(bundle))
-                .await
-                .unwrap();
-            pod.track(pid);
-            client.start(&bundle.id).await.unwrap();
+            pod.run(&client, bundle).await;
         }
         // Not forced: a running container stays.
         let refused = client.delete(&a.id, false).await.unwrap_err();

@@ -9,8 +9,10 @@ so that the Rust test can say which call failed and how.
 usage: cri_client.py PROTO_DIR SOCKET AUTHORITY|- POD_NAME LOG_DIR
 """
 
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -20,6 +22,7 @@ from grpc_tools import protoc
 
 def compile_proto(proto_dir):
     out = tempfile.mkdtemp(prefix="crius-py-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     rc = protoc.main(
         [
             "protoc",

@@ -105,7 +105,8 @@ impl StopSignals {
 }
 
 /// Serves both CRI services on `socket` until SIGTERM or SIGINT, then stops accepting,
-/// lets in-flight calls finish for up to [`SHUTDOWN_GRACE`], and removes the socket file.
+/// lets in-flight calls finish for up to [`SHUTDOWN_GRACE`], and removes the socket file and
+/// the NRI socket's.
 /// Pods and containers are not touched: they belong to their shims.
 pub async fn serve(
     daemon: Arc<Daemon>,
@@ -113,7 +114,8 @@ pub async fn serve(
     mut signals: StopSignals,
 ) -> anyhow::Result<()> {
     let streams = Arc::clone(&daemon.streams);
-    let events_of = Arc::clone(&daemon);
+    // What the stop closes (the event streams) and removes (the NRI socket).
+    let stopping = Arc::clone(&daemon);
     let service = CriService::new(daemon);
     let runtime = RuntimeServiceServer::new(service.clone())
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
@@ -156,11 +158,11 @@ pub async fn serve(
     let result = tokio::select! {
         r = &mut server => r.context("grpc server"),
         _ = signals.term.recv() => {
-            events_of.events.close();
+            stopping.events.close();
             stop(&mut server, stop_tx, &health, "SIGTERM").await
         }
         _ = signals.int.recv() => {
-            events_of.events.close();
+            stopping.events.close();
             stop(&mut server, stop_tx, &health, "SIGINT").await
         }
     };
@@ -168,6 +170,7 @@ pub async fn serve(
     if let Err(e) = std::fs::remove_file(&path) {
         tracing::warn!(socket = %path.display(), "remove socket: {e}");
     }
+    stopping.nri.remove_socket();
     result
 }
 

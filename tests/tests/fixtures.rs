@@ -458,8 +458,24 @@ async fn crius_serves_version_and_survives_kill9() {
         .into_inner();
     assert_eq!(version.runtime_name, "crius");
 
+    let sockets = [
+        crius.socket(),
+        crius.nri_socket(),
+        crius.state().join("admin.sock"),
+    ];
+    for socket in &sockets {
+        assert!(
+            socket.exists(),
+            "{} not there while crius runs",
+            socket.display()
+        );
+    }
     let status = crius.stop().unwrap();
     assert!(status.success(), "SIGTERM exit: {status}\n{}", crius.log());
+    // An orderly stop leaves no socket file behind.
+    for socket in &sockets {
+        assert!(!socket.exists(), "{} left after SIGTERM", socket.display());
+    }
     drop(crius);
     assert!(!dir.exists(), "{} left behind", dir.display());
 }

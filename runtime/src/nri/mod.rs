@@ -85,6 +85,8 @@ pub struct Nri {
     stopped: Mutex<std::collections::HashMap<String, Arc<tokio::sync::OnceCell<()>>>>,
     /// Where the socket is, or why there is none, for Status.
     socket_state: Mutex<String>,
+    /// The socket file this crius bound, by path and inode, removed when crius stops.
+    bound: Mutex<Option<server::Bound>>,
 }
 
 /// A guard that keeps plugins from being synchronized while it lives.
@@ -105,6 +107,7 @@ impl Nri {
             } else {
                 "disabled".into()
             }),
+            bound: Mutex::new(None),
         }
     }
 
@@ -126,6 +129,14 @@ impl Nri {
     /// The socket's path or why it is not served.
     pub fn socket_state(&self) -> String {
         lock(&self.socket_state).clone()
+    }
+
+    /// Removes the socket file this crius bound, as crius stops: like the CRI socket, none is
+    /// left for a crius that is gone. A file another process has put there since is kept.
+    pub fn remove_socket(&self) {
+        if let Some(bound) = lock(&self.bound).take() {
+            bound.remove();
+        }
     }
 
     /// Held by calls that make pods or containers, so a plugin's snapshot and its live events

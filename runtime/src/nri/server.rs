@@ -2,6 +2,7 @@
 //! synchronized and then added to the plugins events go to.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -19,8 +20,9 @@ const SYNC_CHUNK: usize = 64;
 pub(super) fn start(nri: Arc<Nri>, domain: Arc<dyn Domain>) {
     if !nri.config.disable_connections {
         match listen(&nri.config.socket_path) {
-            Ok(listener) => {
+            Ok((listener, bound)) => {
                 *lock(&nri.socket_state) = nri.config.socket_path.display().to_string();
+                *lock(&nri.bound) = Some(bound);
                 let (nri, domain) = (Arc::clone(&nri), Arc::clone(&domain));
                 tokio::spawn(async move {
                     loop {
@@ -52,8 +54,44 @@ pub(super) fn start(nri: Arc<Nri>, domain: Arc<dyn Domain>) {
     }
 }
 
+/// A socket file crius bound: its path, and what tells that file from a later one there (an
+/// inode number alone does not: a freed one is soon given to the next file).
+pub(super) struct Bound {
+    path: PathBuf,
+    id: FileId,
+}
+
+/// Device, inode and change time of a file.
+#[derive(PartialEq, Eq)]
+struct FileId(u64, u64, i64, i64);
+
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> FileId {
+        FileId(m.dev(), m.ino(), m.ctime(), m.ctime_nsec())
+    }
+}
+
+impl Bound {
+    /// Removes the file if it is still the one bound.
+    pub(super) fn remove(self) {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if FileId::of(&m) == self.id => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    tracing::warn!(socket = %self.path.display(), "nri: remove the socket: {e}");
+                }
+            }
+            Ok(_) => tracing::info!(
+                socket = %self.path.display(),
+                "nri: the socket file was replaced since crius bound it; left in place"
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(socket = %self.path.display(), "nri: the socket: {e}"),
+        }
+    }
+}
+
 /// Binds the socket; a stale file is replaced, one another process serves is not.
-fn listen(path: &Path) -> Result<UnixListener, String> {
+fn listen(path: &Path) -> Result<(UnixListener, Bound), String> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     }
@@ -68,7 +106,12 @@ fn listen(path: &Path) -> Result<UnixListener, String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("chmod {}: {e}", path.display()))?;
-    Ok(listener)
+    let m = std::fs::symlink_metadata(path).map_err(|e| format!("stat {}: {e}", path.display()))?;
+    let bound = Bound {
+        path: path.to_path_buf(),
+        id: FileId::of(&m),
+    };
+    Ok((listener, bound))
 }
 
 /// The executables of `dir` named `<two digits>-<name>`, in index order.
@@ -382,6 +425,25 @@ fn sync_chunks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_bound_socket_is_removed_and_a_replaced_one_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nri.sock");
+        let (listener, bound) = listen(&path).unwrap();
+        drop(listener);
+        bound.remove();
+        assert!(!path.exists(), "the socket crius bound is left");
+
+        // Bound again (the stale file's replacement), then replaced by someone else's file.
+        let (listener, bound) = listen(&path).unwrap();
+        drop(listener);
+        let other = dir.path().join("other");
+        std::fs::write(&other, "another's").unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        bound.remove();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "another's");
+    }
 
     #[test]
     fn plugin_files_need_a_two_digit_index() {

@@ -85,7 +85,7 @@ pub struct Nri {
     stopped: Mutex<std::collections::HashMap<String, Arc<tokio::sync::OnceCell<()>>>>,
     /// Where the socket is, or why there is none, for Status.
     socket_state: Mutex<String>,
-    /// The socket file this crius bound, by path and inode, removed when crius stops.
+    /// The socket file this crius bound, removed when crius stops.
     bound: Mutex<Option<server::Bound>>,
 }
 

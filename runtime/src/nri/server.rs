@@ -102,16 +102,26 @@ fn listen(path: &Path) -> Result<(UnixListener, Bound), String> {
         std::fs::remove_file(path).map_err(|e| format!("remove stale {}: {e}", path.display()))?;
     }
     let listener = UnixListener::bind(path).map_err(|e| format!("bind {}: {e}", path.display()))?;
-    // Plugins change what containers run with: root only.
+    // A socket that cannot be made root's only, or whose file could not be told apart later,
+    // is not served, and its file not left behind.
+    let id = owner_only(path).inspect_err(|_| {
+        let _ = std::fs::remove_file(path);
+    })?;
+    let bound = Bound {
+        path: path.to_path_buf(),
+        id,
+    };
+    Ok((listener, bound))
+}
+
+/// Makes the socket file at `path` root's only (plugins change what containers run with) and
+/// returns what identifies it.
+fn owner_only(path: &Path) -> Result<FileId, String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("chmod {}: {e}", path.display()))?;
     let m = std::fs::symlink_metadata(path).map_err(|e| format!("stat {}: {e}", path.display()))?;
-    let bound = Bound {
-        path: path.to_path_buf(),
-        id: FileId::of(&m),
-    };
-    Ok((listener, bound))
+    Ok(FileId::of(&m))
 }
 
 /// The executables of `dir` named `<two digits>-<name>`, in index order.

@@ -207,19 +207,19 @@ impl Store {
 
     /// Writes (inserts or replaces) one record.
     pub fn put<T: Serialize>(&self, table: Table, key: &str, value: &T) -> Result<()> {
-        self.put_with(table, key, value, redb::Durability::Immediate)
+        self.put_with(table, key, value, Flush::Now)
     }
 
     /// Writes one record without a disk flush: the next durable commit carries it, and a
     /// crash before one loses it. Only for what crius learns again after a restart (a
     /// container's create and start, which its shim reports).
     pub fn put_unflushed<T: Serialize>(&self, table: Table, key: &str, value: &T) -> Result<()> {
-        self.put_with(table, key, value, redb::Durability::None)
+        self.put_with(table, key, value, Flush::Later)
     }
 
     /// A durable commit of nothing, which carries every unflushed write before it to disk.
     pub fn flush(&self) -> Result<()> {
-        self.write_with(Table::Names, "", redb::Durability::Immediate, |_| Ok(()))
+        self.write_with(Table::Names, "", Flush::Now, |_| Ok(()))
     }
 
     /// Notified after every unflushed write (see `Daemon::flush_store_later`).
@@ -232,22 +232,17 @@ impl Store {
         table: Table,
         key: &str,
         value: &T,
-        durability: redb::Durability,
+        flush: Flush,
     ) -> Result<()> {
         let bytes = serde_json::to_vec(value).map_err(|source| StoreError::Encode {
             table,
             key: key.to_string(),
             source,
         })?;
-        let unflushed = matches!(durability, redb::Durability::None);
-        self.write_with(table, key, durability, |t| {
+        self.write_with(table, key, flush, |t| {
             t.insert(key, bytes.as_slice())?;
             Ok(())
-        })?;
-        if unflushed {
-            self.unflushed.notify_one();
-        }
-        Ok(())
+        })
     }
 
     /// Reads one record.
@@ -275,11 +270,7 @@ impl Store {
     /// `Flush::Later` the next durable commit carries it (the daemon's flusher is told).
     pub fn delete_named(&self, table: Table, key: &str, name: &str, flush: Flush) -> Result<()> {
         let err = db_err(table, key);
-        let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;
-        if flush == Flush::Later {
-            txn.set_durability(redb::Durability::None)
-                .map_err(|e| err(e.into()))?;
-        }
+        let txn = self.begin(flush, &err)?;
         {
             let mut t = txn.open_table(table.def()).map_err(|e| err(e.into()))?;
             t.remove(key).map_err(|e| err(e.into()))?;
@@ -297,11 +288,7 @@ impl Store {
                 names.remove(name).map_err(|e| err(e.into()))?;
             }
         }
-        txn.commit().map_err(|e| err(e.into()))?;
-        if flush == Flush::Later {
-            self.unflushed.notify_one();
-        }
-        Ok(())
+        self.commit(txn, flush, &err)
     }
 
     /// Every record of a table, in key order.
@@ -361,12 +348,7 @@ impl Store {
             source,
         })?;
         let err = db_err(table, key);
-        let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;
-        let durability = match flush {
-            Flush::Now => redb::Durability::Immediate,
-            Flush::Later => redb::Durability::None,
-        };
-        txn.set_durability(durability).map_err(|e| err(e.into()))?;
+        let txn = self.begin(flush, &err)?;
         {
             let err = db_err(Table::Names, name);
             let mut names = txn
@@ -391,10 +373,7 @@ impl Store {
             let mut t = txn.open_table(table.def()).map_err(|e| err(e.into()))?;
             t.insert(key, bytes.as_slice()).map_err(|e| err(e.into()))?;
         }
-        txn.commit().map_err(|e| err(e.into()))?;
-        if flush == Flush::Later {
-            self.unflushed.notify_one();
-        }
+        self.commit(txn, flush, &err)?;
         Ok(None)
     }
 
@@ -415,24 +394,52 @@ impl Store {
         key: &str,
         f: impl FnOnce(&mut redb::Table<&str, &[u8]>) -> std::result::Result<(), redb::Error>,
     ) -> Result<()> {
-        self.write_with(table, key, redb::Durability::Immediate, f)
+        self.write_with(table, key, Flush::Now, f)
     }
 
     fn write_with(
         &self,
         table: Table,
         key: &str,
-        durability: redb::Durability,
+        flush: Flush,
         f: impl FnOnce(&mut redb::Table<&str, &[u8]>) -> std::result::Result<(), redb::Error>,
     ) -> Result<()> {
         let err = db_err(table, key);
-        let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;
-        txn.set_durability(durability).map_err(|e| err(e.into()))?;
+        let txn = self.begin(flush, &err)?;
         {
             let mut t = txn.open_table(table.def()).map_err(|e| err(e.into()))?;
             f(&mut t).map_err(&err)?;
         }
-        txn.commit().map_err(|e| err(e.into()))
+        self.commit(txn, flush, &err)
+    }
+
+    /// A write transaction, durable at its commit or (`Flush::Later`) not.
+    fn begin(
+        &self,
+        flush: Flush,
+        err: &impl Fn(redb::Error) -> StoreError,
+    ) -> Result<redb::WriteTransaction> {
+        let mut txn = self.db.begin_write().map_err(|e| err(e.into()))?;
+        let durability = match flush {
+            Flush::Now => redb::Durability::Immediate,
+            Flush::Later => redb::Durability::None,
+        };
+        txn.set_durability(durability).map_err(|e| err(e.into()))?;
+        Ok(txn)
+    }
+
+    /// Commits `txn`; an unflushed commit is told to the daemon's flusher.
+    fn commit(
+        &self,
+        txn: redb::WriteTransaction,
+        flush: Flush,
+        err: &impl Fn(redb::Error) -> StoreError,
+    ) -> Result<()> {
+        txn.commit().map_err(|e| err(e.into()))?;
+        if flush == Flush::Later {
+            self.unflushed.notify_one();
+        }
+        Ok(())
     }
 }
 

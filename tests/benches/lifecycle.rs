@@ -71,10 +71,10 @@
 //!   calls grow with the size of the mount table. The bench prints the host's mount count.
 //!
 //! With crius started by the bench, its log has a debug line of the phases of every
-//! RunPodSandbox (files, netns, then CNI ADD and the pause's start side by side, record),
-//! StopPodSandbox (containers, pause kill, cgroup reap, CNI DEL, shm and record),
-//! CreateContainer (checks, record, rootfs, image config, volumes, spec, bundle, shim create,
-//! the `Created` record, after: the events and NRI's post-create) and
+//! RunPodSandbox (checks, the name and record reserved, files, netns, then CNI ADD and the
+//! pause's start side by side, record), StopPodSandbox (containers, pause kill, cgroup reap,
+//! CNI DEL, shm and record), CreateContainer (checks, record, rootfs, image config, volumes,
+//! spec, bundle, shim create, the `Created` record, after: the events and NRI's post-create),
 //! RemoveContainer (stop, shim delete, cgroup, rootfs and dirs, image lease, records) and
 //! RemovePodSandbox (stop, containers, pause delete, shim shutdown, netns and dirs, cgroups,
 //! record), and the bench prints each phase's p50 and p95: where the time of a call goes inside

@@ -141,6 +141,7 @@ impl Daemon {
         config: PodSandboxConfig,
         runtime_handler: String,
     ) -> Result<String> {
+        let mut phases = crate::util::Phases::start();
         validate(&config)?;
         let handler = self.handlers().get(&runtime_handler)?;
         // Held to the end: a plugin synchronizing meanwhile sees this pod in its snapshot or
@@ -183,6 +184,7 @@ impl Daemon {
             .unwrap_or("");
         let cgroup = cgroups::pod_cgroup(cgroup_parent, &id)?;
         let lock = self.locks.lock(&id).await;
+        phases.mark("checks");
         let (net_mode, _, ipc_mode) = namespace_modes(&config);
         let host_network = net_mode == NamespaceMode::Node;
         // No hostname in the request: the node's, as containerd does (kubelet always sends
@@ -216,7 +218,11 @@ impl Daemon {
                 "pod sandbox name {name:?} is reserved for {holder}"
             )));
         }
-        match self.setup_pod(record, &config, ipc_mode, id_maps).await {
+        phases.mark("reserve");
+        match self
+            .setup_pod(record, &config, ipc_mode, id_maps, &mut phases)
+            .await
+        {
             Ok(()) => {
                 self.watch_pod(id.clone());
                 self.events
@@ -241,9 +247,9 @@ impl Daemon {
         config: &PodSandboxConfig,
         ipc_mode: NamespaceMode,
         id_maps: Option<crate::userns::IdMaps>,
+        phases: &mut crate::util::Phases,
     ) -> Result<()> {
         let id = record.id.clone();
-        let mut phases = crate::util::Phases::start();
         let paths = PodPaths::new(&self.config.state, &id);
         std::fs::create_dir_all(&paths.dir)
             .map_err(|e| Error::internal(format!("create {}", paths.dir.display()), e))?;

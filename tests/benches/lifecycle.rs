@@ -53,6 +53,12 @@
 //!   ListPodSandboxStats every 10 s, an ExecSync probe of each container every 10 s spread over
 //!   the period): CPU seconds per minute of the daemon and of the pods' shims (their reaped
 //!   children included), and their RSS afterwards;
+//! - `--restart`: with the `--pods` pods running (after `--steady`), the daemon killed with
+//!   SIGKILL and started again: how long from its start until it answers `Version`, until it
+//!   lists every pod ready and every container running, and until an `ExecSync` works. crius
+//!   started by the bench is started again as before; the runtime at `--daemon-pid` has its
+//!   command line, environment and working directory run again, in a session of its own, and
+//!   keeps running under its new pid (printed) after the bench;
 //! - `--burst`: pods with one container each started several at a time as kubelet does after a
 //!   node reboot: 20 pods 1, 2, 5, 10 and 20 at a time (the curve), 30 by 10 and 60 by 20; wall
 //!   time and each pod's p50 and p99;
@@ -82,6 +88,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -140,6 +147,8 @@ struct Args {
     /// With `--interleave`: another build of crius (`DIR/crius`, `DIR/crius-shim`) instead of
     /// `--endpoint`'s runtime (`--against DIR`).
     against: Option<PathBuf>,
+    /// The daemon killed and started again with the pods running (`--restart`).
+    restart: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -161,6 +170,7 @@ fn parse_args() -> Result<Args> {
         host_mounts: 0,
         interleave: false,
         against: None,
+        restart: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -188,6 +198,7 @@ fn parse_args() -> Result<Args> {
             "--host-mounts" => args.host_mounts = value()?.parse()?,
             "--interleave" => args.interleave = true,
             "--against" => args.against = Some(PathBuf::from(value()?)),
+            "--restart" => args.restart = true,
             "--nri" => {
                 args.nri = value()?;
                 if !["on", "off", "plugin"].contains(&args.nri.as_str()) {
@@ -210,6 +221,9 @@ fn parse_args() -> Result<Args> {
     }
     if args.against.is_some() && !args.interleave {
         return Err("--against is for --interleave".into());
+    }
+    if args.restart && args.endpoint.is_some() && args.daemon_pid.is_none() {
+        return Err("--restart with --endpoint needs --daemon-pid (the process to restart)".into());
     }
     if (args.endpoint.is_some() || args.serve) && args.hosts_dir.is_none() {
         return Err("--endpoint needs --hosts-dir (the runtime's registry config_path)".into());
@@ -349,7 +363,14 @@ async fn run(args: &Args) -> Result<()> {
         busybox: names.busybox.clone(),
         seq: 0,
     };
-    let result = measure(args, &mut bench, &names, big.as_ref(), daemon_pid).await;
+    let log = work.join("restarted.log");
+    let restart = match (args.restart, daemon.as_mut(), daemon_pid) {
+        (false, _, _) => None,
+        (true, Some(d), _) => Some(Restart::Crius(d)),
+        (true, None, Some(pid)) => Some(Restart::Other { pid, log }),
+        (true, None, None) => return Err("--restart: no daemon to restart".into()),
+    };
+    let result = measure(args, &mut bench, &names, big.as_ref(), daemon_pid, restart).await;
     let cleanup = bench.remove_all_pods().await;
     let log = daemon
         .as_ref()
@@ -644,6 +665,7 @@ async fn measure(
     names: &Names,
     big: Option<&BigImage>,
     daemon_pid: Option<u32>,
+    restart: Option<Restart<'_>>,
 ) -> Result<Report> {
     let version = bench
         .rt
@@ -837,6 +859,10 @@ async fn measure(
         let lines = steady(bench, &pods, &containers, args.steady, daemon_pid).await?;
         report.extra.extend(lines);
     }
+    if let Some(how) = restart {
+        let lines = restart_with_pods(bench, how, pods.len()).await?;
+        report.extra.extend(lines);
+    }
     let t = Instant::now();
     for pod in &pods {
         bench.remove_pod(pod).await?;
@@ -862,6 +888,155 @@ async fn measure(
         }
     }
     Ok(report)
+}
+
+/// How `--restart` restarts the daemon.
+enum Restart<'a> {
+    /// crius, started by the bench: started again on the same directories.
+    Crius(&'a mut Daemon),
+    /// The runtime at `--daemon-pid`: its command line (with its environment and working
+    /// directory) run again in a session of its own, its output to `log`.
+    Other { pid: u32, log: PathBuf },
+}
+
+/// `--restart`: with `pods` pods running (one container each), the daemon killed with SIGKILL
+/// and started again, as by an upgrade or a crash and its service manager. Times from the
+/// start until it answers `Version`, until it lists every pod ready and every container
+/// running, and until an `ExecSync` in a container works (what kubelet needs of it again).
+async fn restart_with_pods(
+    bench: &mut Bench,
+    how: Restart<'_>,
+    pods: usize,
+) -> Result<Vec<String>> {
+    let started = match how {
+        Restart::Crius(daemon) => {
+            daemon.kill()?;
+            let t = Instant::now();
+            daemon.start_again()?;
+            println!("crius restarted (pid {})", daemon.pid());
+            t
+        }
+        Restart::Other { pid, log } => {
+            let (t, new) = restart_process(pid, &log)?;
+            println!(
+                "daemon {pid} killed and started again as pid {new} (output: {})",
+                log.display()
+            );
+            t
+        }
+    };
+    let deadline = started + Duration::from_secs(120);
+    let poll = || async {
+        if Instant::now() > deadline {
+            return Err::<(), BoxError>("the daemon was not back within 120 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Ok(())
+    };
+    while bench.rt.version(VersionRequest::default()).await.is_err() {
+        poll().await?;
+    }
+    let answers = started.elapsed();
+    loop {
+        let listed = matches!(bench.ready_pods().await, Ok(n) if n == pods)
+            && matches!(bench.running_containers().await, Ok(n) if n == pods);
+        if listed {
+            break;
+        }
+        poll().await?;
+    }
+    let lists = started.elapsed();
+    let last = bench.any_running_container().await?;
+    loop {
+        if matches!(bench.exec_true(&last).await, Ok(0)) {
+            break;
+        }
+        poll().await?;
+    }
+    let execs = started.elapsed();
+    Ok(vec![
+        String::new(),
+        format!("restart with {pods} pods (one container each), SIGKILL then started again:"),
+        format!(
+            "  answers Version after                      {:>9.1} ms",
+            ms(answers)
+        ),
+        format!(
+            "  lists every pod ready, container running   {:>9.1} ms",
+            ms(lists)
+        ),
+        format!(
+            "  ExecSync in a container works              {:>9.1} ms",
+            ms(execs)
+        ),
+    ])
+}
+
+/// Kills `pid` with SIGKILL and runs its command line again (same environment and working
+/// directory, a session of its own, output appended to `log`); returns when the new process
+/// was started, and its pid.
+fn restart_process(pid: u32, log: &Path) -> Result<(Instant, u32)> {
+    use std::os::unix::ffi::OsStringExt;
+    use std::os::unix::process::CommandExt;
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let split = |bytes: Vec<u8>| -> Vec<OsString> {
+        bytes
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| OsString::from_vec(a.to_vec()))
+            .collect()
+    };
+    let argv = split(std::fs::read(proc_dir.join("cmdline"))?);
+    let env = split(std::fs::read(proc_dir.join("environ"))?);
+    let cwd = std::fs::read_link(proc_dir.join("cwd"))?;
+    let (program, args) = argv.split_first().ok_or("the daemon has no command line")?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid)?),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    // Gone once its parent (not the bench) has reaped it, or a zombie until then.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match std::fs::read_to_string(proc_dir.join("stat")) {
+            Err(_) => break,
+            Ok(stat)
+                if stat
+                    .rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z')) =>
+            {
+                break
+            }
+            Ok(_) if Instant::now() > deadline => {
+                return Err(format!("{pid} survived SIGKILL").into())
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0);
+    for var in &env {
+        let bytes = var.as_encoded_bytes();
+        if let Some(eq) = bytes.iter().position(|b| *b == b'=') {
+            command.env(
+                OsString::from_vec(bytes[..eq].to_vec()),
+                OsString::from_vec(bytes[eq + 1..].to_vec()),
+            );
+        }
+    }
+    let t = Instant::now();
+    let child = command.spawn()?;
+    Ok((t, child.id()))
 }
 
 /// Starts `total` pods, each with one container, `parallel` at a time (as kubelet does after
@@ -1474,6 +1649,42 @@ impl Bench {
         Ok(list.into_inner().containers.len())
     }
 
+    async fn ready_pods(&mut self) -> Result<usize> {
+        let list = self
+            .rt
+            .list_pod_sandbox(ListPodSandboxRequest {
+                filter: Some(PodSandboxFilter {
+                    state: Some(PodSandboxStateValue {
+                        state: PodSandboxState::SandboxReady as i32,
+                    }),
+                    label_selector: HashMap::from([(LABEL.to_string(), "true".to_string())]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|s| format!("ListPodSandbox: {s}"))?;
+        Ok(list.into_inner().items.len())
+    }
+
+    /// The id of one running container of the bench's.
+    async fn any_running_container(&mut self) -> Result<String> {
+        let list = self
+            .rt
+            .list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    state: Some(ContainerStateValue {
+                        state: ContainerState::ContainerRunning as i32,
+                    }),
+                    label_selector: HashMap::from([(LABEL.to_string(), "true".to_string())]),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|s| format!("ListContainers: {s}"))?;
+        let last = list.into_inner().containers.pop();
+        Ok(last.ok_or("no running container")?.id)
+    }
+
     /// Stops and removes every pod carrying the bench's label (also after a failure).
     async fn remove_all_pods(&mut self) -> Result<()> {
         let list = self
@@ -1577,6 +1788,9 @@ struct Daemon {
     child: Child,
     socket: PathBuf,
     log: PathBuf,
+    /// The binary and its `--config`, `--root`, `--state` and `--listen`: started again so by
+    /// `--restart`.
+    command: (PathBuf, Vec<OsString>),
 }
 
 impl Daemon {
@@ -1641,22 +1855,20 @@ impl Daemon {
         )?;
         let socket = dir.join("crius.sock");
         let log_path = log.map_or_else(|| dir.join("crius.log"), Path::to_path_buf);
-        let log = std::fs::File::create(&log_path)
+        std::fs::File::create(&log_path)
             .map_err(|e| format!("create {}: {e}", log_path.display()))?;
-        let child = Command::new(bin)
-            .arg("--config")
-            .arg(&config)
-            .arg("--root")
-            .arg(dir.join("root"))
-            .arg("--state")
-            .arg(dir.join("state"))
-            .arg("--listen")
-            .arg(format!("unix://{}", socket.display()))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("start {}: {e}", bin.display()))?;
+        let args = vec![
+            "--config".into(),
+            config.into_os_string(),
+            "--root".into(),
+            dir.join("root").into_os_string(),
+            "--state".into(),
+            dir.join("state").into_os_string(),
+            "--listen".into(),
+            format!("unix://{}", socket.display()).into(),
+        ];
+        let command = (bin.to_path_buf(), args);
+        let child = spawn_crius(&command, &log_path)?;
         println!(
             "crius: {} (pid {}), shim {}",
             bin.display(),
@@ -1667,7 +1879,22 @@ impl Daemon {
             child,
             socket,
             log: log_path,
+            command,
         })
+    }
+
+    /// `--restart`: SIGKILL and reaped; returns once it is gone.
+    fn kill(&mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// Started again after [`Daemon::kill`], with the same command line and directories (its
+    /// log appended to).
+    fn start_again(&mut self) -> Result<()> {
+        self.child = spawn_crius(&self.command, &self.log)?;
+        Ok(())
     }
 
     fn pid(&self) -> u32 {
@@ -1706,6 +1933,20 @@ impl Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn spawn_crius((bin, args): &(PathBuf, Vec<OsString>), log: &Path) -> Result<Child> {
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("open {}: {e}", log.display()))?;
+    Ok(Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("start {}: {e}", bin.display()))?)
 }
 
 impl Drop for Daemon {

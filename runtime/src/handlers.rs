@@ -26,6 +26,7 @@ use crate::config::{HandlerConfig, HandlerType, RuntimeConfig};
 use crate::error::{Error, Result};
 use crate::util::excerpt;
 
+mod probe_cache;
 mod trial;
 
 /// Where trial containers are made (the daemon's state directory) and the pause binary they
@@ -50,6 +51,26 @@ pub struct Handler {
 }
 
 impl Handler {
+    /// Handler `name` with what an earlier probe found.
+    fn found(name: &str, config: &HandlerConfig, found: probe_cache::Found) -> Handler {
+        Handler {
+            name: name.to_owned(),
+            config: config.clone(),
+            recursive_read_only: found.rro,
+            user_namespaces: found.user_namespaces,
+            criu: found.criu,
+        }
+    }
+
+    /// What its probe found, to keep.
+    fn found_by_probe(&self) -> probe_cache::Found {
+        probe_cache::Found {
+            rro: self.recursive_read_only,
+            user_namespaces: self.user_namespaces,
+            criu: self.criu,
+        }
+    }
+
     /// The OCI runtime for the shim, `None` for the built-in path.
     pub fn oci_runtime(&self) -> Option<OciRuntime> {
         (self.config.kind == HandlerType::Oci).then(|| OciRuntime {
@@ -90,7 +111,7 @@ impl Handler {
 }
 
 /// What a handler can do with CRIU (see [`Handler::checkpoint_support`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CheckpointSupport {
     None,
     Checkpoint,
@@ -135,16 +156,37 @@ impl Handlers {
         builtin_userns: bool,
         trials: Option<TrialPlace<'_>>,
     ) -> Handlers {
-        type Probed = (std::result::Result<Handler, String>, Duration);
+        /// A probe's outcome, how long it took, and what to keep of it: its cache key when it
+        /// was probed now (`None` when it came from the cache or cannot be cached).
+        type Probed = (
+            std::result::Result<Handler, String>,
+            Duration,
+            Option<probe_cache::Key>,
+        );
+        // Only where trial containers may be made, in the state directory.
+        let mut cache = trials.map(|place| probe_cache::Cache::load(place.state));
         let probed: Vec<(String, Probed)> = std::thread::scope(|s| {
+            let cache = cache.as_ref();
             let jobs: Vec<_> = config
                 .handlers
                 .iter()
                 .map(|(name, h)| {
                     let job = move || {
                         let started = std::time::Instant::now();
+                        let key = match (cache, h.kind) {
+                            (Some(_), HandlerType::Oci) => {
+                                probe_cache::Key::of(h, builtin_rro, builtin_userns)
+                            }
+                            _ => None,
+                        };
+                        let kept = key
+                            .as_ref()
+                            .and_then(|k| cache.and_then(|c| c.get(name, k)));
+                        if let Some(found) = kept {
+                            return (Ok(Handler::found(name, h, found)), started.elapsed(), None);
+                        }
                         let result = probe_one(name, h, builtin_rro, builtin_userns, trials);
-                        (result, started.elapsed())
+                        (result, started.elapsed(), key)
                     };
                     (name.clone(), s.spawn(job))
                 })
@@ -152,7 +194,7 @@ impl Handlers {
             jobs.into_iter()
                 .map(|(name, job)| {
                     let result = job.join().unwrap_or_else(|_| {
-                        (Err("its probe panicked".to_string()), Duration::ZERO)
+                        (Err("its probe panicked".to_string()), Duration::ZERO, None)
                     });
                     (name, result)
                 })
@@ -160,7 +202,7 @@ impl Handlers {
         });
         let mut usable = BTreeMap::new();
         let mut unusable = BTreeMap::new();
-        for (name, (result, took)) in probed {
+        for (name, (result, took, key)) in probed {
             match result {
                 Ok(handler) => {
                     tracing::info!(
@@ -168,8 +210,12 @@ impl Handlers {
                         recursive_read_only = handler.recursive_read_only,
                         user_namespaces = handler.user_namespaces,
                         probe_ms = took.as_millis() as u64,
+                        probed_before = key.is_none() && handler.config.kind == HandlerType::Oci,
                         "runtime handler"
                     );
+                    if let (Some(cache), Some(key)) = (cache.as_mut(), key) {
+                        cache.put(&name, key, handler.found_by_probe());
+                    }
                     usable.insert(name, handler);
                 }
                 Err(why) => {
@@ -177,6 +223,10 @@ impl Handlers {
                     unusable.insert(name, why);
                 }
             }
+        }
+        if let Some(cache) = cache.as_mut() {
+            cache.retain(|name| usable.contains_key(name));
+            cache.save();
         }
         Handlers {
             default: config.default_handler.clone(),
@@ -427,6 +477,77 @@ mod tests {
         assert!(matches_any(&p, "exact"));
         assert!(!matches_any(&p, "exactly"));
         assert!(!matches_any(&p, "dev.other"));
+    }
+
+    /// A runtime that answers `features` and `--help` and notes each call in `calls`.
+    fn counting_runtime(dir: &Path, calls: &Path, extra: &str) -> std::path::PathBuf {
+        let bin = dir.join("counting-runtime");
+        let script = format!(
+            "#!/bin/sh\necho \"$1\" >> {}\n{extra}\ncase \"$1\" in features) \
+             echo '{{\"mountOptions\":[\"rro\"],\"linux\":{{\"namespaces\":[\"user\"]}}}}';; \
+             esac\nexit 0\n",
+            calls.display()
+        );
+        std::fs::write(&bin, script).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    }
+
+    #[test]
+    fn a_restart_uses_what_the_last_probe_found_until_a_binary_changes() {
+        let state = tempfile::tempdir().unwrap();
+        let calls = state.path().join("calls");
+        let bin = counting_runtime(state.path(), &calls, "");
+        let mut config = RuntimeConfig::default();
+        config.handlers.retain(|name, _| name == "crius");
+        config.handlers.insert(
+            "counted".into(),
+            HandlerConfig {
+                kind: HandlerType::Oci,
+                binary: bin.clone(),
+                ..HandlerConfig::builtin()
+            },
+        );
+        let place = TrialPlace {
+            state: state.path(),
+            pause: Path::new("/nonexistent/pause"),
+        };
+        let ran = || {
+            std::fs::read_to_string(&calls)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        let probe = |config: &RuntimeConfig| Handlers::probe(config, true, true, Some(place));
+
+        let first = probe(&config);
+        let probed = ran();
+        assert_eq!(probed, 3, "features, checkpoint --help, restore --help");
+        let h = first.get("counted").unwrap();
+        assert!(h.recursive_read_only && h.user_namespaces);
+        assert_eq!(h.checkpoint_support(), CheckpointSupport::CheckpointRestore);
+
+        let second = probe(&config);
+        assert_eq!(ran(), probed, "the runtime is not run again");
+        let again = second.get("counted").unwrap();
+        assert_eq!(again.found_by_probe(), h.found_by_probe());
+
+        // A new binary (here, one line longer) is probed again, and so is one whose node
+        // offers less.
+        counting_runtime(state.path(), &calls, ":");
+        probe(&config);
+        assert_eq!(ran(), probed * 2);
+        let less = Handlers::probe(&config, true, false, Some(place));
+        assert_eq!(ran(), probed * 3);
+        assert!(!less.get("counted").unwrap().user_namespaces);
+
+        // A handler no longer configured is forgotten; an unreadable file is no cache.
+        config.handlers.remove("counted");
+        probe(&config);
+        let kept = std::fs::read_to_string(state.path().join("handler-probes.json")).unwrap();
+        assert!(!kept.contains("counted"), "{kept}");
+        std::fs::write(state.path().join("handler-probes.json"), "not json").unwrap();
+        assert!(probe(&config).get("crius").is_ok());
     }
 
     #[test]

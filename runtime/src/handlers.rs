@@ -156,13 +156,14 @@ impl Handlers {
         builtin_userns: bool,
         trials: Option<TrialPlace<'_>>,
     ) -> Handlers {
-        /// A probe's outcome, how long it took, and what to keep of it: its cache key when it
-        /// was probed now (`None` when it came from the cache or cannot be cached).
-        type Probed = (
-            std::result::Result<Handler, String>,
-            Duration,
-            Option<probe_cache::Key>,
-        );
+        /// A handler's probe: its outcome, how long it took, whether an earlier probe's
+        /// findings were used, and the key to keep new findings under (`None`: not kept).
+        struct Probed {
+            result: std::result::Result<Handler, String>,
+            took: Duration,
+            before: bool,
+            key: Option<probe_cache::Key>,
+        }
         // Only where trial containers may be made, in the state directory.
         let mut cache = trials.map(|place| probe_cache::Cache::load(place.state));
         let probed: Vec<(String, Probed)> = std::thread::scope(|s| {
@@ -183,18 +184,31 @@ impl Handlers {
                             .as_ref()
                             .and_then(|k| cache.and_then(|c| c.get(name, k)));
                         if let Some(found) = kept {
-                            return (Ok(Handler::found(name, h, found)), started.elapsed(), None);
+                            return Probed {
+                                result: Ok(Handler::found(name, h, found)),
+                                took: started.elapsed(),
+                                before: true,
+                                key: None,
+                            };
                         }
                         let result = probe_one(name, h, builtin_rro, builtin_userns, trials);
-                        (result, started.elapsed(), key)
+                        Probed {
+                            result,
+                            took: started.elapsed(),
+                            before: false,
+                            key,
+                        }
                     };
                     (name.clone(), s.spawn(job))
                 })
                 .collect();
             jobs.into_iter()
                 .map(|(name, job)| {
-                    let result = job.join().unwrap_or_else(|_| {
-                        (Err("its probe panicked".to_string()), Duration::ZERO, None)
+                    let result = job.join().unwrap_or_else(|_| Probed {
+                        result: Err("its probe panicked".to_string()),
+                        took: Duration::ZERO,
+                        before: false,
+                        key: None,
                     });
                     (name, result)
                 })
@@ -202,7 +216,13 @@ impl Handlers {
         });
         let mut usable = BTreeMap::new();
         let mut unusable = BTreeMap::new();
-        for (name, (result, took, key)) in probed {
+        for (name, probe) in probed {
+            let Probed {
+                result,
+                took,
+                before,
+                key,
+            } = probe;
             match result {
                 Ok(handler) => {
                     tracing::info!(
@@ -210,7 +230,7 @@ impl Handlers {
                         recursive_read_only = handler.recursive_read_only,
                         user_namespaces = handler.user_namespaces,
                         probe_ms = took.as_millis() as u64,
-                        probed_before = key.is_none() && handler.config.kind == HandlerType::Oci,
+                        probed_before = before,
                         "runtime handler"
                     );
                     if let (Some(cache), Some(key)) = (cache.as_mut(), key) {

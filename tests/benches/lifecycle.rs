@@ -946,7 +946,11 @@ async fn restart_with_pods(
         poll().await?;
     }
     let lists = started.elapsed();
-    let last = bench.any_running_container().await?;
+    let last = bench
+        .running_container_ids()
+        .await?
+        .pop()
+        .ok_or("no running container after the restart")?;
     loop {
         if matches!(bench.exec_true(&last).await, Ok(0)) {
             break;
@@ -1633,6 +1637,11 @@ impl Bench {
     }
 
     async fn running_containers(&mut self) -> Result<usize> {
+        Ok(self.running_container_ids().await?.len())
+    }
+
+    /// The ids of the bench's running containers.
+    async fn running_container_ids(&mut self) -> Result<Vec<String>> {
         let list = self
             .rt
             .list_containers(ListContainersRequest {
@@ -1646,7 +1655,12 @@ impl Bench {
             })
             .await
             .map_err(|s| format!("ListContainers: {s}"))?;
-        Ok(list.into_inner().containers.len())
+        Ok(list
+            .into_inner()
+            .containers
+            .into_iter()
+            .map(|c| c.id)
+            .collect())
     }
 
     async fn ready_pods(&mut self) -> Result<usize> {
@@ -1664,25 +1678,6 @@ impl Bench {
             .await
             .map_err(|s| format!("ListPodSandbox: {s}"))?;
         Ok(list.into_inner().items.len())
-    }
-
-    /// The id of one running container of the bench's.
-    async fn any_running_container(&mut self) -> Result<String> {
-        let list = self
-            .rt
-            .list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    state: Some(ContainerStateValue {
-                        state: ContainerState::ContainerRunning as i32,
-                    }),
-                    label_selector: HashMap::from([(LABEL.to_string(), "true".to_string())]),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .map_err(|s| format!("ListContainers: {s}"))?;
-        let last = list.into_inner().containers.pop();
-        Ok(last.ok_or("no running container")?.id)
     }
 
     /// Stops and removes every pod carrying the bench's label (also after a failure).

@@ -89,6 +89,31 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
     crius_common::fs::write_atomic(path, data, None, crius_common::fs::Durability::Data)
 }
 
+/// What tells a file from another put at its path later: device, inode, size, modification
+/// and change time (an inode number alone does not: a freed one is soon given to the next
+/// file; a change time cannot be set back, so any rewrite, replacement or `chmod` shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileId {
+    pub fn of(m: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
 /// The lowest `oom_score_adj` a container may be given here. Lowering it below the creator's
 /// own value needs CAP_SYS_RESOURCE; without it (some VMs and nested containers) the value
 /// is clamped to crius's own instead of failing the create, as containerd does with

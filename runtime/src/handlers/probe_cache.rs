@@ -12,38 +12,15 @@
 //! kept: a runtime left out is probed again at the next start.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::CheckpointSupport;
 use crate::config::HandlerConfig;
+use crate::util::FileId;
 
 const FILE: &str = "handler-probes.json";
-
-/// A file as it is now: any rewrite, replacement or `touch` changes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct FileId {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl FileId {
-    fn of(path: &Path) -> Option<FileId> {
-        let m = std::fs::metadata(path).ok()?;
-        Some(FileId {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        })
-    }
-}
 
 /// Everything a handler's probe depended on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,8 +37,8 @@ impl Key {
     pub(super) fn of(h: &HandlerConfig, node_rro: bool, node_userns: bool) -> Option<Key> {
         Some(Key {
             config: h.clone(),
-            runtime: FileId::of(&h.binary)?,
-            crius: FileId::of(Path::new("/proc/self/exe"))?,
+            runtime: FileId::of(&std::fs::metadata(&h.binary).ok()?),
+            crius: FileId::of(&std::fs::metadata("/proc/self/exe").ok()?),
             node_rro,
             node_userns,
         })
@@ -125,19 +102,24 @@ impl Cache {
         self.changed |= self.entries.len() != before;
     }
 
-    /// Writes the file if anything changed (whole, through a rename). A cache that cannot be
-    /// written only costs the next start its probes.
+    /// Writes the file if anything changed (whole, through a rename; not synced: the state
+    /// directory is a tmpfs by default). A cache that cannot be written only costs the next
+    /// start its probes.
     pub(super) fn save(&self) {
         if !self.changed {
             return;
         }
-        let tmp = self.path.with_extension("json.tmp");
         let written = serde_json::to_vec(&self.entries)
             .map_err(std::io::Error::other)
-            .and_then(|bytes| std::fs::write(&tmp, bytes))
-            .and_then(|()| std::fs::rename(&tmp, &self.path));
+            .and_then(|bytes| {
+                crius_common::fs::write_atomic(
+                    &self.path,
+                    &bytes,
+                    None,
+                    crius_common::fs::Durability::None,
+                )
+            });
         if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
             tracing::warn!(file = %self.path.display(), "handler probes not kept: {e}");
         }
     }

@@ -2,7 +2,6 @@
 //! synchronized and then added to the plugins events go to.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -13,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::link::{Incoming, Link, CODE_FAILED_PRECONDITION, CODE_UNIMPLEMENTED};
 use super::{lock, Domain, Nri, Plugin, NRI_VERSION};
+use crate::util::FileId;
 
 /// Plugins in one `Synchronize` message at most, so no message nears ttrpc's 4 MiB.
 const SYNC_CHUNK: usize = 64;
@@ -54,21 +54,10 @@ pub(super) fn start(nri: Arc<Nri>, domain: Arc<dyn Domain>) {
     }
 }
 
-/// A socket file crius bound: its path, and what tells that file from a later one there (an
-/// inode number alone does not: a freed one is soon given to the next file).
+/// A socket file crius bound: its path, and what tells that file from a later one there.
 pub(super) struct Bound {
     path: PathBuf,
     id: FileId,
-}
-
-/// Device, inode and change time of a file.
-#[derive(PartialEq, Eq)]
-struct FileId(u64, u64, i64, i64);
-
-impl FileId {
-    fn of(m: &std::fs::Metadata) -> FileId {
-        FileId(m.dev(), m.ino(), m.ctime(), m.ctime_nsec())
-    }
 }
 
 impl Bound {

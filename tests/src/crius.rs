@@ -358,11 +358,12 @@ async fn wait_for_socket(
                     ))),
                 }
             };
-            return match grpc.spawn(serving).await {
-                Ok(Ok(channel)) => Ok(channel),
-                Ok(Err(err)) => Err(format!("{err:?}")),
-                Err(join) => Err(format!("connect task failed: {join}")),
+            let reason = match grpc.spawn(serving).await {
+                Ok(Ok(channel)) => return Ok(channel),
+                Ok(Err(err)) => format!("{err:?}"),
+                Err(join) => format!("connect task failed: {join}"),
             };
+            return Err(exited_meanwhile(child, reason).await);
         }
         if Instant::now() >= deadline {
             return Err(format!(
@@ -372,6 +373,23 @@ async fn wait_for_socket(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// How long a crius whose socket stopped answering is given to end by itself.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// `reason` why crius does not serve, or, when crius is ending by itself (a start-up check
+/// failed after it claimed its socket, which drops a connection already queued on it), its exit
+/// status: killing it at once would cut off the error it prints as it ends.
+async fn exited_meanwhile(child: &mut Child, reason: String) -> String {
+    let deadline = Instant::now() + EXIT_GRACE;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return format!("exited with {status} ({reason})");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    reason
 }
 
 /// A tonic channel over a unix socket (the URI is a placeholder; the connector ignores it).

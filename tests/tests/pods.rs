@@ -464,12 +464,17 @@ async fn bridge_network_reachable_from_host_and_between_pods() {
         let addr: SocketAddr = format!("{ip}:8080").parse().unwrap();
         tcp_read(addr, &format!("hello from {name}")).await;
     }
-    // From pod b to pod a, with busybox nc inside the container.
+    // From pod b to pod a, with busybox nc inside the container. Pod a's server listens again
+    // only after its shell loop has started the next `nc -l`, so a connect right after the
+    // host's read may be refused: tried again for a while, as the host's read is.
     let (_, ip_a, _) = &pods[0];
     let (_, _, container_b) = &pods[1];
-    let cmd = format!("nc -w 3 {ip_a} 8080 </dev/null");
+    let cmd = format!(
+        "for i in $(seq 50); do out=$(nc -w 3 {ip_a} 8080 </dev/null) && [ -n \"$out\" ] \
+         && {{ echo \"$out\"; exit 0; }}; sleep 0.2; done; exit 1"
+    );
     let out = env
-        .exec(container_b, &["sh", "-c", &cmd], 10)
+        .exec(container_b, &["sh", "-c", &cmd], 20)
         .await
         .unwrap();
     assert_eq!(

@@ -439,8 +439,10 @@ async fn bad_checkpoint_requests_are_refused_by_field() {
         &[
             "sh",
             "-c",
-            "sleep 100000 | nc -l -p 7000 > /dev/null & sleep 0.5; \
-             sleep 100000 | nc 127.0.0.1 7000 > /dev/null & sleep 0.5; echo connected; \
+            "sleep 100000 | nc -l -p 7000 > /dev/null & \
+             until netstat -tln | grep -q ':7000 '; do sleep 0.1; done; \
+             sleep 100000 | nc 127.0.0.1 7000 > /dev/null & \
+             until netstat -tn | grep -q ESTABLISHED; do sleep 0.1; done; echo connected; \
              i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done",
         ],
     );

@@ -226,12 +226,15 @@ async fn exec_with_a_tty_runs_on_a_terminal_that_resizes() {
     client.write(s.resize.unwrap(), b"\n", false).await.unwrap();
     let stdin = s.stdin.unwrap();
     let out = s.stdout.unwrap();
-    // Wait for the size to land before asking for it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The resize goes its own way to the terminal: the shell waits (up to 5 s) for the size
+    // to land before it reports it. What the assertions look for is not written out in the
+    // command, which the terminal echoes.
     client
         .write(
             stdin,
-            b"[ -t 0 ] && echo is-a-tty; tty; stty size; echo sum-$((40+2)) >&2; exit 3\n",
+            b"for i in $(seq 100); do [ \"$(stty size)\" = \"$((40+5)) $((120+3))\" ] && break; \
+              sleep 0.05; done; \
+              [ -t 0 ] && echo is-a-$(echo tty); tty; stty size; echo sum-$((40+2)) >&2; exit 3\n",
             false,
         )
         .await

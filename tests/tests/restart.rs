@@ -202,7 +202,21 @@ async fn shim_killed() {
         })
         .await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // In flight: its process runs (a fixed wait could end before it does on a slow node).
+    wait_for(
+        "the exec's sleep 1003 to run",
+        Duration::from_secs(20),
+        || async {
+            let procs = std::fs::read_dir("/proc").ok()?;
+            procs
+                .flatten()
+                .any(|p| {
+                    std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c == b"sleep\01003\0")
+                })
+                .then_some(())
+        },
+    )
+    .await;
     let shim = env.shim_pid(&pod);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(shim), nix::sys::signal::SIGKILL).unwrap();
     assert_status(exec.await.unwrap(), Code::Unavailable, &["shim went away"]);

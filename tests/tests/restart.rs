@@ -211,7 +211,7 @@ async fn shim_killed() {
             procs
                 .flatten()
                 .any(|p| {
-                    std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c == b"sleep\01003\0")
+                    std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x001003\x00")
                 })
                 .then_some(())
         },

@@ -334,15 +334,25 @@ async fn launch(
 /// a `Version` answer: crius binds its socket before it opens its database and recovers, so a
 /// connection alone does not mean it serves (what a test checks right after a start or restart
 /// may not be done yet).
+///
+/// A connection that is dropped does not end the wait while crius runs: after a `kill -9` the
+/// old socket can still be listening for a moment in a child the killed crius had forked and
+/// not yet exec'd (its descriptors close at the exec, resetting what queued there), and a crius
+/// that fails a start-up check after it claimed its socket drops what queued on it as it ends,
+/// before it prints why: its exit status and log are then the answer.
 async fn wait_for_socket(
     child: &mut Child,
     socket: &Path,
     grpc: &Handle,
 ) -> std::result::Result<Channel, String> {
     let deadline = Instant::now() + START_TIMEOUT;
+    let mut dropped: Option<String> = None;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("exited with {status}"));
+            return Err(match dropped {
+                Some(reason) => format!("exited with {status} ({reason})"),
+                None => format!("exited with {status}"),
+            });
         }
         if UnixStream::connect(socket).await.is_ok() {
             let socket = socket.to_path_buf();
@@ -358,38 +368,22 @@ async fn wait_for_socket(
                     ))),
                 }
             };
-            let reason = match grpc.spawn(serving).await {
+            match grpc.spawn(serving).await {
                 Ok(Ok(channel)) => return Ok(channel),
-                Ok(Err(err)) => format!("{err:?}"),
-                Err(join) => format!("connect task failed: {join}"),
-            };
-            return Err(exited_meanwhile(child, reason).await);
+                Ok(Err(err)) => dropped = Some(format!("{err:?}")),
+                Err(join) => dropped = Some(format!("connect task failed: {join}")),
+            }
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "{} did not accept connections within {START_TIMEOUT:?}",
-                socket.display()
-            ));
+            return Err(dropped.unwrap_or_else(|| {
+                format!(
+                    "{} did not accept connections within {START_TIMEOUT:?}",
+                    socket.display()
+                )
+            }));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// How long a crius whose socket stopped answering is given to end by itself.
-const EXIT_GRACE: Duration = Duration::from_secs(5);
-
-/// `reason` why crius does not serve, or, when crius is ending by itself (a start-up check
-/// failed after it claimed its socket, which drops a connection already queued on it), its exit
-/// status: killing it at once would cut off the error it prints as it ends.
-async fn exited_meanwhile(child: &mut Child, reason: String) -> String {
-    let deadline = Instant::now() + EXIT_GRACE;
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return format!("exited with {status} ({reason})");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    reason
 }
 
 /// A tonic channel over a unix socket (the URI is a placeholder; the connector ignores it).

@@ -335,21 +335,21 @@ async fn launch(
 /// connection alone does not mean it serves (what a test checks right after a start or restart
 /// may not be done yet).
 ///
-/// A connection that is dropped does not end the wait while crius runs: after a `kill -9` the
-/// old socket can still be listening for a moment in a child the killed crius had forked and
-/// not yet exec'd (its descriptors close at the exec, resetting what queued there), and a crius
-/// that fails a start-up check after it claimed its socket drops what queued on it as it ends,
-/// before it prints why: its exit status and log are then the answer.
+/// A failed `Version` (a dropped connection) does not end the wait while crius runs: after a
+/// `kill -9` the old socket can still be listening for a moment in a child the killed crius had
+/// forked and not yet exec'd (its descriptors close at the exec, resetting what queued there),
+/// and a crius that fails a start-up check after it claimed its socket drops what queued on it
+/// as it ends, before it prints why: its exit status and log are then the answer.
 async fn wait_for_socket(
     child: &mut Child,
     socket: &Path,
     grpc: &Handle,
 ) -> std::result::Result<Channel, String> {
     let deadline = Instant::now() + START_TIMEOUT;
-    let mut dropped: Option<String> = None;
+    let mut last_error: Option<String> = None;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(match dropped {
+            return Err(match last_error {
                 Some(reason) => format!("exited with {status} ({reason})"),
                 None => format!("exited with {status}"),
             });
@@ -370,12 +370,12 @@ async fn wait_for_socket(
             };
             match grpc.spawn(serving).await {
                 Ok(Ok(channel)) => return Ok(channel),
-                Ok(Err(err)) => dropped = Some(format!("{err:?}")),
-                Err(join) => dropped = Some(format!("connect task failed: {join}")),
+                Ok(Err(err)) => last_error = Some(format!("{err:?}")),
+                Err(join) => last_error = Some(format!("connect task failed: {join}")),
             }
         }
         if Instant::now() >= deadline {
-            return Err(dropped.unwrap_or_else(|| {
+            return Err(last_error.unwrap_or_else(|| {
                 format!(
                     "{} did not accept connections within {START_TIMEOUT:?}",
                     socket.display()

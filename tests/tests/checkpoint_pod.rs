@@ -831,18 +831,16 @@ async fn a_too_short_deadline_leaves_the_pod_running_thawed_and_output_path_empt
     let config_b = pod_config(&env, "ckp-late-b");
     let pods = pod_count(&env).await;
     let before = listing(&out);
-    let began = Instant::now();
-    let err = restore_pod(
-        &env,
+    let request = || {
         restore_request(
             &out,
             &config_b,
             "runc",
             vec![big_config.clone(), counter(&env, "alpha")],
-        ),
-        Some(Duration::from_millis(500)),
-    )
-    .await;
+        )
+    };
+    let began = Instant::now();
+    let err = restore_pod(&env, request(), Some(Duration::from_millis(500))).await;
     eprintln!(
         "RestorePod with 500 ms: answered after {:?}: {:?}",
         began.elapsed(),
@@ -854,17 +852,7 @@ async fn a_too_short_deadline_leaves_the_pod_running_thawed_and_output_path_empt
     let waiting = Instant::now();
     let (restored, took) = loop {
         let began = Instant::now();
-        let retry = restore_pod(
-            &env,
-            restore_request(
-                &out,
-                &config_b,
-                "runc",
-                vec![big_config.clone(), counter(&env, "alpha")],
-            ),
-            Some(Duration::from_secs(120)),
-        )
-        .await;
+        let retry = restore_pod(&env, request(), Some(Duration::from_secs(120))).await;
         match retry {
             Err(status)
                 if status.code() == Code::AlreadyExists

@@ -742,6 +742,46 @@ async fn namespaces_and_hostname() {
     assert!(out.contains("sleep 4242"), "{out}");
     assert!(out.contains("pid1=/pause"), "{out}");
 
+    // The pause's mounts, which a container sharing its PID namespace reaches through
+    // /proc/1/root: /proc (its masks and read-only paths kept) and /dev, nothing else.
+    let out = run_ok(
+        &env,
+        &p,
+        shell(&env, "pause-mounts", "cat /proc/1/mountinfo"),
+    )
+    .await;
+    let points: Vec<(&str, &str)> = out
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ').skip(4);
+            Some((f.next()?, f.next()?))
+        })
+        .collect();
+    let has = |dest: &str| points.iter().any(|(d, _)| *d == dest);
+    for want in [
+        "/",
+        "/proc",
+        "/dev",
+        "/pause",
+        "/proc/keys",
+        "/proc/timer_list",
+    ] {
+        assert!(has(want), "{want} not mounted in the pause:\n{out}");
+    }
+    for unwanted in ["/sys", "/sys/fs/cgroup", "/dev/shm", "/etc/resolv.conf"] {
+        assert!(!has(unwanted), "{unwanted} mounted in the pause:\n{out}");
+    }
+    for read_only in ["/", "/proc/sys", "/proc/irq"] {
+        let opts = points
+            .iter()
+            .rfind(|(d, _)| *d == read_only)
+            .map(|(_, o)| *o);
+        assert!(
+            opts.is_some_and(|o| o.split(',').any(|x| x == "ro")),
+            "{read_only} is not read-only in the pause:\n{out}"
+        );
+    }
+
     // Many containers in the shared PID namespace (libcontainer read the wrong /proc/<pid>
     // for the cgroup mount once the pid inside passed the host's lowest free pids), each
     // seeing its own memory limit through /proc/self/cgroup and a read-only cgroup tree.

@@ -445,14 +445,22 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
     process.set_selinux_label(None);
     process.set_oom_score_adj(Some(SANDBOX_OOM_SCORE_ADJ));
 
-    let standard = mounts::standard_mounts(false)?;
-    let files = mounts::PodFiles {
-        resolv_conf: input.resolv_conf,
-        hosts: input.hosts,
-        hostname: input.hostname_file,
-        shm: input.shm_dir,
+    // An OCI handler's runtime gets containerd's sandbox mounts: a VM or gVisor may make more
+    // of the sandbox container than a waiting process.
+    let (standard, mut overrides) = if input.builtin {
+        (mounts::pause_mounts()?, Vec::new())
+    } else {
+        let files = mounts::PodFiles {
+            resolv_conf: input.resolv_conf,
+            hosts: input.hosts,
+            hostname: input.hostname_file,
+            shm: input.shm_dir,
+        };
+        (
+            mounts::standard_mounts(false)?,
+            mounts::pod_file_mounts(&files, true, true, &[])?,
+        )
     };
-    let mut overrides = mounts::pod_file_mounts(&files, true, true, &[])?;
     overrides.push(
         MountBuilder::default()
             .destination("/pause")
@@ -475,9 +483,14 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
             .build()?,
     ));
 
-    let (masked, mut readonly) =
+    let (mut masked, mut readonly) =
         security::masked_and_readonly(&[], &[], privileged, userns.is_some());
-    if !privileged {
+    if input.builtin {
+        // Only /proc of these is mounted. Its masks stay: a container sharing the pod's PID
+        // namespace reaches the pause's root, and so this /proc, through /proc/<pid>/root.
+        masked.retain(|p| p.starts_with("/proc/"));
+        readonly.retain(|p| p.starts_with("/proc/"));
+    } else if !privileged {
         readonly.extend(security::cgroup_readonly_paths());
     }
 

@@ -93,6 +93,20 @@ pub(crate) fn standard_mounts(privileged: bool) -> Result<Vec<Mount>> {
     ])
 }
 
+/// The pause process's filesystems under the built-in handler: `/proc` and `/dev` of
+/// [`standard_mounts`] and nothing more. The pause only waits for a signal and nothing runs
+/// beside it in its mount namespace, so `/sys`, the cgroup mount (on cgroup v1 a tmpfs with a
+/// bind of each hierarchy, each then remounted read-only), `/dev/pts`, `/dev/shm`,
+/// `/dev/mqueue` and the pod's files would be work for each pod start that nobody uses.
+/// libcontainer 0.7's init needs the two kept (checked on this project's node): without
+/// `/proc` it dies after preparing the root, without `/dev` preparing the root fails.
+pub(crate) fn pause_mounts() -> Result<Vec<Mount>> {
+    Ok(standard_mounts(false)?
+        .into_iter()
+        .filter(|m| [Path::new("/proc"), Path::new("/dev")].contains(&m.destination().as_path()))
+        .collect())
+}
+
 /// Whether this node runs cgroup v1 (`/sys/fs/cgroup` is not the unified hierarchy).
 pub(crate) fn host_cgroup_v1() -> bool {
     !Path::new("/sys/fs/cgroup/cgroup.controllers").exists()

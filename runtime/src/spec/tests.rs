@@ -781,6 +781,57 @@ fn privileged_pod_pause_is_unconfined_and_unmasked() {
     let spec = sandbox_spec(&sandbox_input(&config)).unwrap();
     let linux = spec.linux().as_ref().unwrap();
     assert!(linux.seccomp().is_some());
+}
+
+fn mount_points(spec: &Spec) -> Vec<String> {
+    let mut out: Vec<String> = spec
+        .mounts()
+        .iter()
+        .flatten()
+        .map(|m| m.destination().display().to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn builtin_pause_gets_proc_and_dev_only_with_the_proc_masks() {
+    let config = pod(NamespaceOption::default(), false);
+    let spec = sandbox_spec(&sandbox_input(&config)).unwrap();
+    assert_eq!(mount_points(&spec), ["/dev", "/pause", "/proc"]);
+    let linux = spec.linux().as_ref().unwrap();
+    let masked = linux.masked_paths().clone().unwrap();
+    let proc_masked: Vec<&str> = security::DEFAULT_MASKED_PATHS
+        .into_iter()
+        .filter(|p| p.starts_with("/proc/"))
+        .collect();
+    assert_eq!(masked, proc_masked);
+    assert!(masked.contains(&"/proc/kcore".to_string()));
+    assert_eq!(
+        linux.readonly_paths().clone().unwrap(),
+        security::DEFAULT_READONLY_PATHS
+    );
+
+    // An OCI handler's runtime gets the sandbox mounts containerd gives.
+    let mut i = sandbox_input(&config);
+    i.builtin = false;
+    let spec = sandbox_spec(&i).unwrap();
+    let points = mount_points(&spec);
+    for want in [
+        "/sys",
+        "/sys/fs/cgroup",
+        "/dev/shm",
+        "/etc/resolv.conf",
+        "/pause",
+    ] {
+        assert!(points.iter().any(|p| p == want), "{want} in {points:?}");
+    }
+    let linux = spec.linux().as_ref().unwrap();
+    assert!(linux
+        .masked_paths()
+        .as_ref()
+        .unwrap()
+        .contains(&"/sys/firmware".to_string()));
     assert!(linux
         .readonly_paths()
         .as_ref()

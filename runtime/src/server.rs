@@ -27,6 +27,12 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// node with many containers.
 const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 
+/// How long a start waits for the socket's lock before it says another crius serves. A crius
+/// killed while it was starting a process (a CNI plugin, a shim) leaves that child holding a
+/// copy of the lock until it execs; on a loaded node the child may wait for a CPU first, and a
+/// restart within that moment would be refused. The database's lock is released with it.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
 /// The claimed socket: the listener, and the lock that proves no other crius serves it.
 pub struct Socket {
     listener: UnixListener,
@@ -36,7 +42,7 @@ pub struct Socket {
 
 impl Socket {
     /// Claims `path`: takes an exclusive lock beside it (a second crius fails here and says
-    /// so), replaces a stale socket file, binds, and sets mode 0660.
+    /// so, after [`LOCK_WAIT`]), replaces a stale socket file, binds, and sets mode 0660.
     pub fn claim(path: &Path) -> anyhow::Result<Socket> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
@@ -49,18 +55,25 @@ impl Socket {
             .write(true)
             .open(&lock_path)
             .with_context(|| format!("open socket lock {}", lock_path.display()))?;
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
+        let began = std::time::Instant::now();
+        loop {
+            // SAFETY: flock on a descriptor we own; no memory is involved.
+            let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                break;
+            }
             let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(err).with_context(|| format!("lock {}", lock_path.display()));
+            }
+            if began.elapsed() >= LOCK_WAIT {
                 bail!(
                     "another crius is already serving {} (lock {} is held)",
                     path.display(),
                     lock_path.display()
                 );
             }
-            return Err(err).with_context(|| format!("lock {}", lock_path.display()));
+            std::thread::sleep(Duration::from_millis(20));
         }
         match std::fs::symlink_metadata(path) {
             Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)

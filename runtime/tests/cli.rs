@@ -3,6 +3,7 @@
 //! check`, the socket claim and the orderly stop. gRPC behaviour (and `crius status`, which
 //! needs a crius with pods) is tested end to end in the `tests/` crate.
 
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -238,6 +239,31 @@ fn second_crius_on_a_served_socket_refuses() {
     // The first one is unharmed.
     assert!(std::os::unix::net::UnixStream::connect(dirs.socket()).is_ok());
     drop(first);
+}
+
+#[test]
+fn a_start_waits_a_moment_for_the_lock_of_a_process_about_to_let_go() {
+    let dirs = Dirs::new();
+    dirs.write_config("");
+    std::fs::create_dir_all(dirs.socket().parent().unwrap()).unwrap();
+    // The lock held for 500 ms, as a child that a killed crius was starting holds its copy
+    // until it execs.
+    let lock = std::fs::File::create(format!("{}.lock", dirs.socket().display())).unwrap();
+    // SAFETY: flock on a descriptor this test owns; no memory is involved.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(rc, 0);
+    let held = Duration::from_millis(500);
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(held);
+        drop(lock);
+    });
+    let started = Instant::now();
+    let d = Daemon::start(&dirs);
+    assert!(started.elapsed() >= held, "served while the lock was held");
+    release.join().unwrap();
+    d.signal(libc::SIGTERM);
+    let out = d.wait();
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
 }
 
 #[test]

@@ -42,7 +42,7 @@ pub struct Socket {
 
 impl Socket {
     /// Claims `path`: takes an exclusive lock beside it (a second crius fails here and says
-    /// so, after [`LOCK_WAIT`]), replaces a stale socket file, binds, and sets mode 0660.
+    /// so, after `LOCK_WAIT`), replaces a stale socket file, binds, and sets mode 0660.
     pub fn claim(path: &Path) -> anyhow::Result<Socket> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)

@@ -41,6 +41,13 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         self.read().values().cloned().collect()
     }
 
+    /// What `f` makes of each record it picks, made under the read lock, so that no record is
+    /// cloned: kubelet lists every pod and container each second. `f` runs with this lock
+    /// held and must not take another lock of crius's records.
+    pub fn filter_map<R>(&self, f: impl FnMut(&T) -> Option<R>) -> Vec<R> {
+        self.read().values().filter_map(f).collect()
+    }
+
     /// Ids that start with `prefix` (kubelet and crictl accept unique id prefixes).
     pub fn ids_with_prefix(&self, prefix: &str) -> Vec<String> {
         self.read()

@@ -47,10 +47,10 @@ impl Daemon {
         check_no_nul("cmd", cmd.iter().map(String::as_str)).map_err(Error::InvalidArgument)?;
         let c = self.running_container(id)?;
         // A container removed while this call ran has no bundle any more: say NotFound.
-        let spec = self
-            .container_spec(&c.id)
+        let own = self
+            .container_process(&c.id)
             .or_else(|e| self.container(&c.id).and(Err(e)))?;
-        let process = crate::spec::exec_process(&spec, cmd, tty)?;
+        let process = crate::spec::exec_process(own, cmd, tty)?;
         Ok((c, process))
     }
 

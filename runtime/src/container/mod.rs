@@ -47,6 +47,24 @@ impl Daemon {
 
     /// The OCI spec a container was created with.
     pub fn container_spec(&self, id: &str) -> Result<oci_spec::runtime::Spec> {
+        self.read_container_spec(id)
+    }
+
+    /// The process of the OCI spec a container was created with; the rest of the spec is
+    /// skipped, not built. ExecSync and ContainerStatus need only this, and kubelet's probes
+    /// make ExecSync calls all the time: the whole spec's mounts, namespaces, seccomp profile
+    /// and masked paths took most of the daemon's share of a probe.
+    pub fn container_process(&self, id: &str) -> Result<Option<oci_spec::runtime::Process>> {
+        #[derive(serde::Deserialize)]
+        struct ProcessOnly {
+            #[serde(default)]
+            process: Option<oci_spec::runtime::Process>,
+        }
+        Ok(self.read_container_spec::<ProcessOnly>(id)?.process)
+    }
+
+    /// A container's `config.json`, read as `T`.
+    fn read_container_spec<T: serde::de::DeserializeOwned>(&self, id: &str) -> Result<T> {
         let path = ContainerPaths::new(&self.config.root, &self.config.state, id)
             .bundle
             .join("config.json");
@@ -71,9 +89,6 @@ impl Daemon {
     /// The containers of a pod.
     pub fn containers_of(&self, pod_id: &str) -> Vec<ContainerRecord> {
         self.containers
-            .all()
-            .into_iter()
-            .filter(|c| c.sandbox_id == pod_id)
-            .collect()
+            .filter_map(|c| (c.sandbox_id == pod_id).then(|| c.clone()))
     }
 }

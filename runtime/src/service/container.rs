@@ -176,22 +176,25 @@ pub(super) fn container_status(d: &Daemon, r: &ContainerRecord) -> ContainerStat
         }),
         image_id: r.image_id.clone(),
         user: d
-            .container_spec(&r.id)
+            .container_process(&r.id)
             .ok()
-            .and_then(|s| crate::spec::process_user(&s)),
+            .flatten()
+            .map(|p| crate::spec::process_user(&p)),
         stop_signal: crate::spec::cri_signal(r.stop_signal) as i32,
     }
 }
 
-fn matches(d: &Daemon, r: &ContainerRecord, config: &ContainerConfig, f: &ContainerFilter) -> bool {
+/// Whether a container passes `f`; `pod` is the pod id `f.pod_sandbox_id` resolves to, if any.
+fn matches(
+    r: &ContainerRecord,
+    config: &ContainerConfig,
+    f: &ContainerFilter,
+    pod: Option<&str>,
+) -> bool {
     (f.id.is_empty() || r.id.starts_with(&f.id))
         && (f.pod_sandbox_id.is_empty()
             || r.sandbox_id.starts_with(&f.pod_sandbox_id)
-            || d.resolve_pod_id(&f.pod_sandbox_id)
-                .ok()
-                .flatten()
-                .as_deref()
-                == Some(&r.sandbox_id))
+            || pod == Some(r.sandbox_id.as_str()))
         && f.state
             .as_ref()
             .is_none_or(|s| s.state == cri_state(r.state) as i32)
@@ -200,29 +203,34 @@ fn matches(d: &Daemon, r: &ContainerRecord, config: &ContainerConfig, f: &Contai
 
 fn list_items(d: &Daemon, filter: Option<ContainerFilter>) -> Vec<Container> {
     let filter = filter.unwrap_or_default();
-    let mut items: Vec<Container> = d
-        .containers
-        .all()
-        .into_iter()
+    // Resolved once, before the containers' lock is taken (the pods' is another).
+    let pod = match filter.pod_sandbox_id.is_empty() {
+        true => None,
+        false => d.resolve_pod_id(&filter.pod_sandbox_id).ok().flatten(),
+    };
+    let mut items: Vec<Container> = d.containers.filter_map(|r| {
         // A container whose create is under way (or was interrupted and is being removed)
         // does not exist yet for the client.
-        .filter(|r| r.state != State::Creating)
-        .filter_map(|r| {
-            let config = r.config();
-            matches(d, &r, &config, &filter).then(|| Container {
-                id: r.id.clone(),
-                pod_sandbox_id: r.sandbox_id.clone(),
-                metadata: config.metadata.clone(),
-                image: Some(image_spec(&r, &config)),
-                image_ref: r.image_ref.clone(),
-                state: cri_state(r.state) as i32,
-                created_at: r.created_at,
-                labels: config.labels.clone(),
-                annotations: config.annotations.clone(),
-                image_id: r.image_id.clone(),
-            })
+        if r.state == State::Creating {
+            return None;
+        }
+        let config = r.config();
+        if !matches(r, &config, &filter, pod.as_deref()) {
+            return None;
+        }
+        Some(Container {
+            id: r.id.clone(),
+            pod_sandbox_id: r.sandbox_id.clone(),
+            image: Some(image_spec(r, &config)),
+            metadata: config.metadata,
+            image_ref: r.image_ref.clone(),
+            state: cri_state(r.state) as i32,
+            created_at: r.created_at,
+            labels: config.labels,
+            annotations: config.annotations,
+            image_id: r.image_id.clone(),
         })
-        .collect();
+    });
     items.sort_by_key(|c| std::cmp::Reverse(c.created_at));
     items
 }

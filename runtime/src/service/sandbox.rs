@@ -111,10 +111,8 @@ pub(crate) fn pod_status(
         runtime_handler: r.runtime_handler.clone(),
     };
     let mut containers: Vec<ContainerStatus> = d
-        .containers
-        .all()
+        .containers_of(&r.id)
         .iter()
-        .filter(|c| c.sandbox_id == r.id)
         .map(|c| super::container::container_status(d, c))
         .collect();
     containers.sort_by_key(|c| c.created_at);
@@ -148,24 +146,21 @@ fn matches(r: &SandboxRecord, config: &PodSandboxConfig, f: &PodSandboxFilter) -
 fn list_items(d: &Daemon, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {
     let filter = filter.unwrap_or_default();
     // A pod whose start is under way (NRI plugins may be looking at it) is not listed yet.
-    let mut items: Vec<PodSandbox> = d
-        .sandboxes
-        .all()
-        .into_iter()
-        .filter(|r| r.state != SandboxState::Creating)
-        .filter_map(|r| {
-            let config = r.config();
-            matches(&r, &config, &filter).then(|| PodSandbox {
-                id: r.id.clone(),
-                metadata: config.metadata.clone(),
-                state: cri_state(r.state) as i32,
-                created_at: r.created_at,
-                labels: config.labels.clone(),
-                annotations: config.annotations.clone(),
-                runtime_handler: r.runtime_handler.clone(),
-            })
+    let mut items: Vec<PodSandbox> = d.sandboxes.filter_map(|r| {
+        if r.state == SandboxState::Creating {
+            return None;
+        }
+        let config = r.config();
+        matches(r, &config, &filter).then(|| PodSandbox {
+            id: r.id.clone(),
+            metadata: config.metadata,
+            state: cri_state(r.state) as i32,
+            created_at: r.created_at,
+            labels: config.labels,
+            annotations: config.annotations,
+            runtime_handler: r.runtime_handler.clone(),
         })
-        .collect();
+    });
     items.sort_by_key(|p| std::cmp::Reverse(p.created_at));
     items
 }

@@ -8,8 +8,9 @@
 //! # API
 //! - [`sandbox_spec`]`(&`[`SandboxSpecInput`]`) -> Result<Spec>`: the pause container.
 //! - [`container_spec`]`(&`[`ContainerSpecInput`]`) -> Result<Spec>`: a container of a pod.
-//! - [`exec_process`]`(&Spec, cmd, tty) -> Result<Process>`: an ExecSync/Exec process.
-//! - [`process_user`]`(&Spec) -> Option<ContainerUser>`: uid, gid and groups for
+//! - [`exec_process`]`(Option<Process>, cmd, tty) -> Result<Process>`: an ExecSync/Exec
+//!   process from the container's.
+//! - [`process_user`]`(&Process) -> ContainerUser`: uid, gid and groups for
 //!   `ContainerStatus.user`.
 //! - [`stop_signal`]`(&ContainerConfig, &image_config) -> Result<i32>`.
 //! - [`resources_to_oci`]`(&LinuxContainerResources) -> Result<LinuxResources>`, also for
@@ -833,8 +834,8 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
 
 /// The identity the container's first process starts with, for `ContainerStatus.user`
 /// (kubelet reports it in the pod status; critest checks it for supplemental_groups_policy).
-pub fn process_user(spec: &Spec) -> Option<crius_api::v1::ContainerUser> {
-    let user = spec.process().as_ref()?.user();
+pub fn process_user(process: &Process) -> crius_api::v1::ContainerUser {
+    let user = process.user();
     let mut groups: Vec<i64> = user
         .additional_gids()
         .as_deref()
@@ -844,26 +845,24 @@ pub fn process_user(spec: &Spec) -> Option<crius_api::v1::ContainerUser> {
         .collect();
     groups.sort_unstable();
     groups.dedup();
-    Some(crius_api::v1::ContainerUser {
+    crius_api::v1::ContainerUser {
         linux: Some(crius_api::v1::LinuxContainerUser {
             uid: i64::from(user.uid()),
             gid: i64::from(user.gid()),
             supplemental_groups: groups,
         }),
-    })
+    }
 }
 
 /// The process for ExecSync/Exec in a running container: `cmd` and `tty` from the request,
 /// everything else (env, cwd, user, capabilities, no_new_privileges, AppArmor, SELinux label,
 /// rlimits, OOM score) from the container's process, as containerd does.
-pub fn exec_process(container_spec: &Spec, cmd: &[String], tty: bool) -> Result<Process> {
+pub fn exec_process(container: Option<Process>, cmd: &[String], tty: bool) -> Result<Process> {
     if cmd.is_empty() || cmd[0].is_empty() {
         return Err(SpecError::invalid("exec cmd is empty"));
     }
-    let mut process = container_spec
-        .process()
-        .clone()
-        .ok_or_else(|| SpecError::Input("the container spec has no process".into()))?;
+    let mut process =
+        container.ok_or_else(|| SpecError::Input("the container spec has no process".into()))?;
     process.set_args(Some(cmd.to_vec()));
     process.set_terminal(Some(tty));
     process.set_console_size(None);

@@ -563,7 +563,12 @@ fn tty_sets_terminal_and_exec_inherits_the_process() {
     assert_eq!(p.terminal(), Some(true));
     assert!(p.env().clone().unwrap().contains(&"TERM=xterm".to_string()));
 
-    let exec = exec_process(&spec, &["ls".to_string(), "-l".to_string()], false).unwrap();
+    let exec = exec_process(
+        spec.process().clone(),
+        &["ls".to_string(), "-l".to_string()],
+        false,
+    )
+    .unwrap();
     assert_eq!(exec.args().clone().unwrap(), ["ls", "-l"]);
     assert_eq!(exec.terminal(), Some(false));
     assert_eq!(exec.env(), p.env());
@@ -571,7 +576,7 @@ fn tty_sets_terminal_and_exec_inherits_the_process() {
     assert_eq!(exec.user(), p.user());
     assert_eq!(exec.capabilities(), p.capabilities());
     assert_eq!(exec.no_new_privileges(), Some(true));
-    assert!(exec_process(&spec, &[], false)
+    assert!(exec_process(spec.process().clone(), &[], false)
         .unwrap_err()
         .is_invalid_argument());
 }

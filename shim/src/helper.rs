@@ -552,13 +552,16 @@ fn place_fds(moves: &[(RawFd, RawFd)]) -> io::Result<()> {
     Ok(())
 }
 
-/// Read a helper's report. `Ok(None)`: not there yet. An error if the helper closed the socket
-/// without reporting (it crashed or could not be executed).
-pub fn receive(chan: &OwnedFd) -> io::Result<Option<(Outcome, Option<OwnedFd>)>> {
-    let mut buf = vec![0u8; 64 * 1024];
+/// The largest report a helper sends (an error message and its causes, as JSON).
+pub const REPORT_MAX: usize = 64 * 1024;
+
+/// Read a helper's report into `buf` (at least [`REPORT_MAX`] long: the shim's read buffer,
+/// so that no report costs a fresh 64 KiB). `Ok(None)`: not there yet. An error if the helper
+/// closed the socket without reporting (it crashed or could not be executed).
+pub fn receive(chan: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<(Outcome, Option<OwnedFd>)>> {
     let mut cmsg = cmsg_space!([RawFd; 1]);
     let (len, fd) = {
-        let mut iov = [IoSliceMut::new(&mut buf)];
+        let mut iov = [IoSliceMut::new(buf)];
         let msg = match recvmsg::<()>(
             chan.as_raw_fd(),
             &mut iov,

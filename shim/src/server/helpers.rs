@@ -165,7 +165,11 @@ impl Shim {
             return;
         };
         let mut crashed = false;
-        let result: Report = match helper::receive(&pending.chan) {
+        if self.buf.len() < helper::REPORT_MAX {
+            self.buf = vec![0u8; helper::REPORT_MAX];
+        }
+        let received = helper::receive(&pending.chan, &mut self.buf);
+        let result: Report = match received {
             Ok(None) if exit_status.is_none() => return,
             Ok(None) => {
                 crashed = true;

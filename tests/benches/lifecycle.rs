@@ -25,7 +25,9 @@
 //! - `ExecSync` of `true`;
 //! - `StopContainer` (timeout 0) + `RemoveContainer`, and `RemoveContainer` alone;
 //! - `StopPodSandbox` and then `RemovePodSandbox` of a pod with the bridge network;
-//! - RSS and PSS (`/proc/<pid>/smaps_rollup`) of the shim of a pod with one container;
+//! - RSS and PSS (`/proc/<pid>/smaps_rollup`) of the shim of a pod with one container, and
+//!   the CPU one `ExecSync` costs there (a kubelet probe): the daemon's and the shim's with its
+//!   reaped children (helpers, the command), over at least 200 calls in a row;
 //! - the daemon's RSS with `--pods` pods running, each with one `sleep` container.
 //!
 //! and prints median and p95 in ms. Everything it created is removed at the end, also after a
@@ -807,6 +809,30 @@ async fn measure(
             report.shim_pid = pid;
         }
         None => eprintln!("no shim process found for pod {pod}"),
+    }
+    // What a probe costs in CPU: ExecSync `true` in that container, one call after another.
+    // The clock ticks are 10 ms, hence many calls.
+    if report.shim_pid != 0 {
+        let calls = (n * 5).max(200);
+        let daemon = daemon_pid.map_or(0.0, cpu_seconds);
+        let shim = cpu_seconds(report.shim_pid);
+        for _ in 0..calls {
+            bench.exec_true(&container).await?;
+        }
+        let per_call = |before: f64, after: f64| (after - before) * 1e3 / calls as f64;
+        let daemon = daemon_pid.map(|pid| per_call(daemon, cpu_seconds(pid)));
+        let shim = per_call(shim, cpu_seconds(report.shim_pid));
+        report.extra.push(String::new());
+        report.extra.push(match daemon {
+            Some(daemon) => format!(
+                "CPU per ExecSync ({calls} in a row): daemon {daemon:.2} ms, shim and its \
+                 children {shim:.2} ms, together {:.2} ms",
+                daemon + shim
+            ),
+            None => {
+                format!("CPU per ExecSync ({calls} in a row): shim and its children {shim:.2} ms")
+            }
+        });
     }
     bench.stop_remove(&container).await?;
     bench.remove_pod(&pod).await?;

@@ -20,10 +20,12 @@
 //! | 4, 5, 6 | the container's stdin, stdout, stderr (create and exec, when given) |
 //! | 7 | the shim's log file (for libcontainer's events), when open |
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use nix::cmsg_space;
 use nix::sys::socket::{
@@ -502,193 +504,52 @@ pub fn spawn(helper: &Path, args: &[OsString], stdio: [Option<RawFd>; 3]) -> io:
     if log >= 0 {
         moves.push((log, LOG_FD));
     }
-    let pid = spawn_process(helper, args, &moves)?;
+    let mut cmd = Command::new(helper);
+    cmd.env(SPAWNED_ENV, "1")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: the closure runs in the forked child before exec and only calls fcntl/dup2 and
+    // sigprocmask/signal, which are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The shim blocks SIGCHLD/SIGTERM/SIGINT for its signalfd; a blocked mask survives
+            // exec and libcontainer does not reset it, so without this every container would
+            // start with SIGTERM blocked and StopContainer would always wait for SIGKILL.
+            crate::signals::reset_for_child();
+            place_fds(&moves)
+        });
+    }
+    let child = cmd.spawn()?;
     drop(child_end);
     set_nonblocking(parent_end.as_raw_fd())?;
     // The shim reaps every child itself (waitpid(-1)); `Child` neither waits nor kills on drop.
     Ok(Helper {
-        pid,
+        pid: child.id() as i32,
         chan: parent_end,
     })
 }
 
-/// Start `program` with `args`: stdin, stdout and stderr on `/dev/null`, each `(source,
-/// target)` of `moves` on its target, no signal blocked and every one at its default
-/// disposition (the shim blocks SIGCHLD, SIGTERM and SIGINT for its signalfd, and a blocked
-/// mask and ignored signals survive `execve`; libcontainer does not reset them, so a container
-/// would start with SIGTERM blocked and StopContainer always wait for SIGKILL). Returns the
-/// child's pid; the caller reaps it.
-///
-/// `posix_spawn`, not `fork`: glibc starts the child sharing the shim's memory until it execs,
-/// so the shim's page tables are not copied and its pages not made copy-on-write for a process
-/// that replaces itself at once. Copying them was most of what starting a helper cost the shim.
-fn spawn_process(program: &Path, args: &[OsString], moves: &[(RawFd, RawFd)]) -> io::Result<i32> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_string = |s: &std::ffi::OsStr| {
-        CString::new(s.as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in an argument"))
-    };
-    let program = c_string(program.as_os_str())?;
-    let args = args
-        .iter()
-        .map(|a| c_string(a))
-        .collect::<io::Result<Vec<_>>>()?;
-    let argv: Vec<*mut libc::c_char> = std::iter::once(&program)
-        .chain(&args)
-        .map(|a| a.as_ptr().cast_mut())
-        .chain(std::iter::once(std::ptr::null_mut()))
-        .collect();
-    let envp: Vec<*mut libc::c_char> = helper_environment()
-        .iter()
-        .map(|e| e.as_ptr().cast_mut())
-        .chain(std::iter::once(std::ptr::null_mut()))
-        .collect();
-    // Each source goes to a high number of its own first, and from there onto its target: no
-    // target then closes another's source before it is moved. The high copies are closed on
-    // exec and here when they drop.
-    let high = moves
-        .iter()
-        .map(|&(source, _)| {
-            // SAFETY: duplicating a descriptor the caller holds open to a free number >= 64.
-            let dup = unsafe { libc::fcntl(source, libc::F_DUPFD_CLOEXEC, 64) };
-            if dup < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: `dup` is new and nothing else owns it.
-            Ok(unsafe { OwnedFd::from_raw_fd(dup) })
-        })
-        .collect::<io::Result<Vec<_>>>()?;
-    let mut actions = SpawnFileActions::new()?;
-    actions.open(0, c"/dev/null", libc::O_RDWR)?;
-    actions.dup2(0, 1)?;
-    actions.dup2(0, 2)?;
-    for (fd, &(_, target)) in high.iter().zip(moves) {
-        actions.dup2(fd.as_raw_fd(), target)?;
-    }
-    let attr = SpawnAttr::defaults_unblocked()?;
-    let mut pid: libc::pid_t = 0;
-    // SAFETY: every pointer is valid for the call: the program and the NULL-terminated argv and
-    // envp arrays point into CStrings alive until it returns; the actions and attributes were
-    // initialised and are destroyed after it.
-    let rc = unsafe {
-        libc::posix_spawn(
-            &mut pid,
-            program.as_ptr(),
-            actions.as_ptr(),
-            attr.as_ptr(),
-            argv.as_ptr(),
-            envp.as_ptr(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
-    Ok(pid)
-}
-
-/// The shim's environment with [`SPAWNED_ENV`] set, made once: the shim never changes its own.
-fn helper_environment() -> &'static [CString] {
-    use std::os::unix::ffi::OsStrExt;
-    static ENV: std::sync::OnceLock<Vec<CString>> = std::sync::OnceLock::new();
-    ENV.get_or_init(|| {
-        std::env::vars_os()
-            .filter(|(key, _)| key != SPAWNED_ENV)
-            .map(|(key, value)| [key.as_bytes(), b"=", value.as_bytes()].concat())
-            .chain(std::iter::once(format!("{SPAWNED_ENV}=1").into_bytes()))
-            .filter_map(|entry| CString::new(entry).ok())
-            .collect()
-    })
-}
-
-/// A `posix_spawn_file_actions_t`, destroyed on drop.
-struct SpawnFileActions(Box<libc::posix_spawn_file_actions_t>);
-
-impl SpawnFileActions {
-    fn new() -> io::Result<Self> {
-        // SAFETY: an all-zero value is only storage, which init makes a valid, empty list.
-        let mut actions = Box::new(unsafe { std::mem::zeroed() });
-        // SAFETY: as above.
-        check_spawn(unsafe { libc::posix_spawn_file_actions_init(&mut *actions) })?;
-        Ok(Self(actions))
-    }
-
-    fn open(&mut self, fd: RawFd, path: &std::ffi::CStr, flags: libc::c_int) -> io::Result<()> {
-        // SAFETY: an initialised list; glibc copies the path.
-        check_spawn(unsafe {
-            libc::posix_spawn_file_actions_addopen(&mut *self.0, fd, path.as_ptr(), flags, 0)
-        })
-    }
-
-    fn dup2(&mut self, fd: RawFd, target: RawFd) -> io::Result<()> {
-        // SAFETY: an initialised list.
-        check_spawn(unsafe { libc::posix_spawn_file_actions_adddup2(&mut *self.0, fd, target) })
-    }
-
-    fn as_ptr(&self) -> *const libc::posix_spawn_file_actions_t {
-        &*self.0
-    }
-}
-
-impl Drop for SpawnFileActions {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new` and destroyed once.
-        unsafe { libc::posix_spawn_file_actions_destroy(&mut *self.0) };
-    }
-}
-
-/// A `posix_spawnattr_t`, destroyed on drop.
-struct SpawnAttr(Box<libc::posix_spawnattr_t>);
-
-impl SpawnAttr {
-    /// No signal blocked, and every signal at its default disposition: all bits of the set are
-    /// set by hand, because `sigfillset` leaves out the two real-time signals glibc keeps for
-    /// itself, which a shim started with them ignored would otherwise pass on ignored.
-    fn defaults_unblocked() -> io::Result<Self> {
-        // SAFETY: an all-zero value is only storage, which init makes valid attributes.
-        let mut attr = Box::new(unsafe { std::mem::zeroed() });
-        // SAFETY: as above.
-        check_spawn(unsafe { libc::posix_spawnattr_init(&mut *attr) })?;
-        let mut this = Self(attr);
-        // SAFETY: sigset_t is a plain bit array: all zero is the empty set.
-        let none: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above; filled below.
-        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: writes exactly the bytes of `all`.
-        unsafe {
-            std::ptr::write_bytes(
-                (&mut all as *mut libc::sigset_t).cast::<u8>(),
-                0xff,
-                std::mem::size_of::<libc::sigset_t>(),
-            )
-        };
-        let flags = (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short;
-        // SAFETY: initialised attributes; glibc copies the sets.
-        unsafe {
-            check_spawn(libc::posix_spawnattr_setsigmask(&mut *this.0, &none))?;
-            check_spawn(libc::posix_spawnattr_setsigdefault(&mut *this.0, &all))?;
-            check_spawn(libc::posix_spawnattr_setflags(&mut *this.0, flags))?;
+/// Move each `(source, target)` fd into place without one clobbering another's source, and
+/// leave the targets open across exec.
+fn place_fds(moves: &[(RawFd, RawFd)]) -> io::Result<()> {
+    let mut high = Vec::with_capacity(moves.len());
+    for &(src, target) in moves {
+        // SAFETY: duplicating a valid fd to a free number at or above 64.
+        let dup = unsafe { libc::fcntl(src, libc::F_DUPFD_CLOEXEC, 64) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
         }
-        Ok(this)
+        high.push((dup, target));
     }
-
-    fn as_ptr(&self) -> *const libc::posix_spawnattr_t {
-        &*self.0
+    for (dup, target) in high {
+        // SAFETY: dup2 onto a fixed number; dup2 clears close-on-exec on the target.
+        if unsafe { libc::dup2(dup, target) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
-}
-
-impl Drop for SpawnAttr {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `defaults_unblocked` and destroyed once.
-        unsafe { libc::posix_spawnattr_destroy(&mut *self.0) };
-    }
-}
-
-/// A `posix_spawn*` function's result: 0, or the error number itself.
-fn check_spawn(rc: libc::c_int) -> io::Result<()> {
-    match rc {
-        0 => Ok(()),
-        rc => Err(io::Error::from_raw_os_error(rc)),
-    }
+    Ok(())
 }
 
 /// The largest report a helper sends (an error message and its causes, as JSON).

@@ -3,7 +3,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 /// The shim's signalfd; creating it blocks the signals it reports.
@@ -37,32 +37,5 @@ impl Signals {
 
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-}
-
-/// Undo the shim's signal setup in a forked child: a blocked mask and ignored dispositions
-/// survive `execve`, and libcontainer does not reset them, so a container would otherwise
-/// start with SIGTERM blocked and SIGPIPE ignored.
-pub fn reset_for_child() {
-    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-    // Every disposition back to the default, the real-time ones included (an ignored signal
-    // is inherited from whoever started crius). The raw syscall, because glibc's sigaction
-    // refuses the two signals it reserves for itself (32 and 33).
-    for sig in 1..=64 {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-            continue;
-        }
-        // SAFETY: a zeroed kernel sigaction is SIG_DFL with no flags and an empty mask; the
-        // kernel reads 8 bytes of mask (the size passed) and writes nothing (old is NULL).
-        unsafe {
-            let act: [libc::c_ulong; 4] = [0; 4];
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                sig,
-                act.as_ptr(),
-                std::ptr::null_mut::<libc::c_void>(),
-                8usize,
-            );
-        }
     }
 }

@@ -653,14 +653,16 @@ extern "C" fn spawned_child(plan: *mut libc::c_void) -> libc::c_int {
             8usize,
         );
         let mut failed = false;
+        // dup3 without flags (dup2 is not a system call everywhere); every source is 64 or
+        // more and every target below, so none is its own target. The copy on the target is
+        // not closed on exec.
         for target in 0..3 {
-            failed |= libc::syscall(libc::SYS_dup2, plan.dev_null, target) < 0;
+            failed |= libc::syscall(libc::SYS_dup3, plan.dev_null, target, 0) < 0;
         }
         let mut i = 0;
         while i < plan.moves_len {
             let (source, target) = *plan.moves.add(i);
-            // dup2 clears close-on-exec on the target.
-            failed |= libc::syscall(libc::SYS_dup2, source, target) < 0;
+            failed |= libc::syscall(libc::SYS_dup3, source, target, 0) < 0;
             i += 1;
         }
         if !failed {
@@ -713,7 +715,8 @@ fn sigprocmask(
     Ok(())
 }
 
-/// `/dev/null`, opened once for every helper's stdio (closed on exec).
+/// `/dev/null`, opened once for every helper's stdio, at 64 or more like the other sources
+/// (closed on exec).
 fn dev_null() -> io::Result<&'static OwnedFd> {
     static DEV_NULL: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
     if let Some(fd) = DEV_NULL.get() {
@@ -723,7 +726,8 @@ fn dev_null() -> io::Result<&'static OwnedFd> {
         .read(true)
         .write(true)
         .open("/dev/null")?;
-    Ok(DEV_NULL.get_or_init(|| file.into()))
+    let high = dup_high(file.as_raw_fd())?;
+    Ok(DEV_NULL.get_or_init(|| high))
 }
 
 /// The shim's environment with [`SPAWNED_ENV`] set, made once: the shim never changes its own.
@@ -844,7 +848,7 @@ mod tests {
     }
 
     #[test]
-    fn a_helper_that_cannot_be_executed_is_an_error_and_leaves_no_child() {
+    fn a_helper_that_cannot_be_executed_is_an_error() {
         let missing = Path::new("/nonexistent/crius-shim-helper");
         let err = spawn(missing, &[], [None; 3]).err().map(|e| e.kind());
         assert_eq!(err, Some(io::ErrorKind::NotFound));

@@ -604,7 +604,9 @@ fn spawn_process(program: &Path, args: &[OsString], moves: &[(RawFd, RawFd)]) ->
         )
     };
     let clone_error = io::Error::last_os_error();
-    sigprocmask(libc::SIG_SETMASK, &old, None)?;
+    // Cannot fail (a valid `how` and sets of ours), and a child made must not go untracked by
+    // an early return.
+    let _ = sigprocmask(libc::SIG_SETMASK, &old, None);
     if pid < 0 {
         return Err(clone_error);
     }

@@ -4,6 +4,7 @@
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::cgroup::Hierarchies;
@@ -44,13 +45,20 @@ pub(super) fn open_namespaces(init_pid: i32) -> Result<Vec<Namespace>> {
             Err(e) if e.kind() == io::ErrorKind::NotFound && kind == "time" => continue,
             Err(e) => return Err(error(&theirs_dir, kind)(e)),
         };
-        let their_id = file_id(&fd).map_err(error(&theirs_dir, kind))?;
-        let our_fd =
-            open_at(Some(&ours), Path::new(kind), libc::O_PATH).map_err(error(&ours_dir, kind))?;
-        if file_id(&our_fd).map_err(error(&ours_dir, kind))? == their_id {
+        let file = fs::File::from(fd);
+        let theirs_meta = file.metadata().map_err(error(&theirs_dir, kind))?;
+        let ours_meta = open_at(Some(&ours), Path::new(kind), libc::O_PATH)
+            .map(fs::File::from)
+            .and_then(|f| f.metadata())
+            .map_err(error(&ours_dir, kind))?;
+        if (theirs_meta.dev(), theirs_meta.ino()) == (ours_meta.dev(), ours_meta.ino()) {
             continue;
         }
-        out.push(Namespace { kind, flag, fd });
+        out.push(Namespace {
+            kind,
+            flag,
+            fd: file.into(),
+        });
     }
     Ok(out)
 }
@@ -69,18 +77,6 @@ fn open_at(dir: Option<&OwnedFd>, path: &Path, flags: libc::c_int) -> io::Result
     }
     // SAFETY: `fd` was just opened and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The device and inode of an open file: what identifies a namespace.
-fn file_id(fd: &OwnedFd) -> io::Result<(u64, u64)> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: fstat(2) on a descriptor we own, into a buffer of the right size.
-    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstat succeeded, so it filled in `st`.
-    let st = unsafe { st.assume_init() };
-    Ok((st.st_dev, st.st_ino))
 }
 
 /// Join the namespaces: all but the user namespace, then the user namespace, then those that

@@ -91,6 +91,17 @@ impl ContentStore {
 
     /// Stores `data` under `digest` after checking it matches.
     pub fn write_bytes(&self, digest: &Digest, data: &[u8]) -> Result<()> {
+        if self.stage_bytes(digest, data)? {
+            fsync_dir(&self.blobs)?;
+        }
+        Ok(())
+    }
+
+    /// [`ContentStore::write_bytes`] without syncing the blob's directory entry: for a pull,
+    /// which syncs the blob directory once ([`ContentStore::sync_dir`]) before it records the
+    /// image that names its blobs. The blob's data is synced before it becomes visible.
+    /// Whether it stored the blob (false: it was there already).
+    pub(crate) fn stage_bytes(&self, digest: &Digest, data: &[u8]) -> Result<bool> {
         let actual = Digest::of(data);
         if &actual != digest {
             return Err(Error::Verification {
@@ -99,14 +110,20 @@ impl ContentStore {
             });
         }
         if self.has(digest, Some(data.len() as u64)) {
-            return Ok(());
+            return Ok(false);
         }
         let tmp = TempPath::new(self.ingest_path(digest));
         let mut f = File::create(tmp.path()).map_err(Error::io("create", tmp.path()))?;
         f.write_all(data)
             .and_then(|()| f.sync_all())
             .map_err(Error::io("write", tmp.path()))?;
-        self.commit(tmp, digest)
+        self.rename_in(tmp, digest)?;
+        Ok(true)
+    }
+
+    /// Makes the directory entries of the blobs renamed in so far durable.
+    pub(crate) fn sync_dir(&self) -> Result<()> {
+        fsync_dir(&self.blobs)
     }
 
     /// Moves `file` (on the store's filesystem, synced, with content `digest`, which the caller
@@ -122,16 +139,19 @@ impl ContentStore {
             .join(format!("{}.{}", digest.hex(), unique_suffix()))
     }
 
-    fn commit(&self, tmp: TempPath, digest: &Digest) -> Result<()> {
+    /// Renames the synced `tmp` in as blob `digest`; its directory entry is not synced.
+    fn rename_in(&self, tmp: TempPath, digest: &Digest) -> Result<()> {
         let dest = self.path(digest);
         std::fs::rename(tmp.path(), &dest).map_err(Error::io("commit blob", &dest))?;
         tmp.keep();
-        fsync_dir(&self.blobs)
+        Ok(())
     }
 
     /// Streams a registry response body into the store, verifying `size` and `digest` before
     /// the blob becomes visible. Stops with [`Error::Stalled`] when no data arrives for
-    /// `no_progress`. Returns the bytes written.
+    /// `no_progress`. Returns the bytes written. The blob's data is synced, its directory
+    /// entry is not: the pull syncs the directory once ([`ContentStore::sync_dir`]) before it
+    /// records an image that names the blob.
     pub(crate) async fn write_stream(
         &self,
         registry: &str,
@@ -200,7 +220,7 @@ impl ContentStore {
             .await
             .map_err(|e| Error::Internal(format!("fsync task: {e}")))?
             .map_err(Error::io("fsync", path))?;
-        self.commit(tmp, digest)?;
+        self.rename_in(tmp, digest)?;
         Ok(written)
     }
 

@@ -4,6 +4,7 @@
 //! image. Concurrent pulls of one image share one run; blobs and snapshots are shared by
 //! digest and chain ID across pulls.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -83,6 +84,9 @@ pub(crate) struct Stats {
     unpack: Mutex<Window>,
     /// How far the pull has come, for [`ImageStore::pulls_in_progress`].
     progress: Arc<Tracker>,
+    /// A blob was not in the store when the pull asked for it: the pull stored it, or waited
+    /// for another pull to. Its directory entry is then synced before the image is recorded.
+    stored: AtomicBool,
 }
 
 impl Stats {
@@ -91,6 +95,7 @@ impl Stats {
             fetch: Mutex::default(),
             unpack: Mutex::default(),
             progress,
+            stored: AtomicBool::new(false),
         }
     }
 
@@ -211,7 +216,8 @@ impl Inner {
                 &what,
             )
             .await?;
-        self.content.write_bytes(&top_digest, &top_bytes)?;
+        // Stored (on a blocking thread) while the config and layers download, below.
+        let mut manifests = vec![(top_digest.clone(), top_bytes.clone())];
         let (kind, media_type) = manifest::manifest_kind(&top_bytes, content_type.as_deref());
         let (index_digest, manifest_digest, manifest_bytes) = match kind {
             ManifestKind::Index => {
@@ -240,7 +246,7 @@ impl Inner {
                         what: format!("manifest {d} of {what}"),
                     });
                 }
-                self.content.write_bytes(&d, &bytes)?;
+                manifests.push((d.clone(), bytes.clone()));
                 (Some(top_digest.clone()), d, bytes)
             }
             ManifestKind::Manifest => (None, top_digest.clone(), top_bytes),
@@ -273,39 +279,84 @@ impl Inner {
         progress
             .set_total(manifest.config.size + manifest.layers.iter().map(|l| l.size).sum::<u64>());
         let stats = Arc::new(Stats::new(progress));
-        self.fetch_blob(&session, &manifest.config, &stats).await?;
-        let config_bytes = self.content.read(&manifest.config.digest)?;
-        let config: ImageConfig =
-            parse_json(&config_bytes, "image config", &manifest.config.digest)?;
-        let diff_ids = config.rootfs.diff_ids.clone();
-        if diff_ids.len() != manifest.layers.len() {
-            return Err(Error::Protocol {
-                registry: reference.domain().to_string(),
-                what: format!("image {what}"),
-                reason: format!(
-                    "config lists {} diff IDs for {} layers",
-                    diff_ids.len(),
-                    manifest.layers.len()
-                ),
-            });
-        }
-        let chains = chain_ids(&diff_ids);
+        // The config is fetched beside the layers, not before them: a layer's unpack needs its
+        // diff ID from the config, its download does not. The layers' IDs reach their tasks
+        // through `ids`; should the config fail, its error is the pull's and the layer tasks
+        // are dropped with it.
+        let (ids_tx, ids) = tokio::sync::watch::channel(None);
+        let config_work = async {
+            self.fetch_blob(&session, &manifest.config, &stats).await?;
+            let config_bytes = self.content.read(&manifest.config.digest)?;
+            let config: ImageConfig =
+                parse_json(&config_bytes, "image config", &manifest.config.digest)?;
+            let diff_ids = config.rootfs.diff_ids.clone();
+            if diff_ids.len() != manifest.layers.len() {
+                return Err(Error::Protocol {
+                    registry: reference.domain().to_string(),
+                    what: format!("image {what}"),
+                    reason: format!(
+                        "config lists {} diff IDs for {} layers",
+                        diff_ids.len(),
+                        manifest.layers.len()
+                    ),
+                });
+            }
+            let chains = chain_ids(&diff_ids);
+            let layer_ids = Arc::new((diff_ids, chains));
+            // Nobody listening is fine: without unpacking, no layer task waits.
+            let _ = ids_tx.send(Some(layer_ids.clone()));
+            Ok((config, layer_ids))
+        };
 
         let work = manifest.layers.iter().enumerate().map(|(i, layer)| {
             let this = self.clone();
             let session = session.clone();
             let stats = stats.clone();
-            let diff = diff_ids[i].clone();
-            let chain = chains[i].clone();
+            let mut ids = ids.clone();
             async move {
                 this.fetch_blob(&session, layer, &stats).await?;
                 if options.unpack {
-                    this.unpack(layer, &diff, &chain, &stats).await?;
+                    // Ends with `None` only when the config's work has ended without IDs,
+                    // whose error the join below returns.
+                    let layer_ids = match ids.wait_for(Option::is_some).await {
+                        Ok(ids) => ids.clone(),
+                        Err(_) => None,
+                    };
+                    let Some(layer_ids) = layer_ids else {
+                        return Ok(());
+                    };
+                    let (diff_ids, chains) = &*layer_ids;
+                    // The config's work checked that there is one per layer.
+                    let (Some(diff), Some(chain)) = (diff_ids.get(i), chains.get(i)) else {
+                        return Err(Error::Internal(format!("no diff ID for layer {i}")));
+                    };
+                    this.unpack(layer, diff, chain, &stats).await?;
                 }
                 Ok::<_, Error>(())
             }
         });
-        futures::future::try_join_all(work).await?;
+        let staging = {
+            let this = self.clone();
+            let stats = stats.clone();
+            tokio::task::spawn_blocking(move || {
+                for (digest, bytes) in &manifests {
+                    if this.content.stage_bytes(digest, bytes)? {
+                        stats.stored.store(true, Ordering::Relaxed);
+                    }
+                }
+                Ok::<_, Error>(())
+            })
+        };
+        let joined =
+            futures::future::try_join(config_work, futures::future::try_join_all(work)).await;
+        // Awaited whatever the downloads did: the collection after a failed pull must find
+        // the manifests in the store to free them.
+        let staged = staging
+            .await
+            .map_err(|e| Error::Internal(format!("store the manifests: {e}")))?;
+        let ((config, layer_ids), _) = joined?;
+        staged?;
+        let chains = layer_ids.1.clone();
 
         let report = {
             let fetch = stats
@@ -352,6 +403,14 @@ impl Inner {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
         };
+        // The directory entries of the blobs this pull stored (or waited for) are durable
+        // before the record that names them.
+        if stats.stored.load(Ordering::Relaxed) {
+            let this = self.clone();
+            tokio::task::spawn_blocking(move || this.content.sync_dir())
+                .await
+                .map_err(|e| Error::Internal(format!("sync the blob directory: {e}")))??;
+        }
         let record = self.commit_record(record)?;
         tracing::info!(
             image = %what,
@@ -495,6 +554,7 @@ impl Inner {
             stats.progress.add_done(desc.size);
             return Ok(());
         }
+        stats.stored.store(true, Ordering::Relaxed);
         let this = self.clone();
         let session = session.clone();
         let size = desc.size;

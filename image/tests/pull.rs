@@ -7,6 +7,8 @@ mod common;
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -1023,6 +1025,63 @@ async fn failed_pull_during_another_keeps_their_shared_layer() {
     for dir in store.lowerdirs(&record.id).unwrap() {
         assert!(dir.is_dir(), "{}", dir.display());
     }
+    assert_no_temp_files(root.path());
+}
+
+/// The config downloads beside the layers. One that the pull refuses (it lists fewer diff IDs
+/// than the manifest has layers) while a layer is still arriving ends the pull with the
+/// config's error, and the manifest, the config and the layer all go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_refused_while_a_layer_downloads_ends_the_pull_and_leaves_nothing() {
+    let layers = [tar(&[file("a", "a")]), tar(&[file("b", "b")])];
+    let mut image = FakeImage::new("crius/short", &layers);
+    // The same image, but a config naming only the first layer.
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [sha256(&layers[0])]},
+    }))
+    .unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_slice(&image.manifest).unwrap();
+    manifest["config"]["digest"] = sha256(&config).into();
+    manifest["config"]["size"] = config.len().into();
+    image.manifest = serde_json::to_vec(&manifest).unwrap();
+    image.blobs[0] = (sha256(&config), config);
+    let (config_digest, slow_layer) = (image.blobs[0].0.clone(), image.blobs[2].0.clone());
+    let layer_asked = Arc::new(AtomicBool::new(false));
+    let asked = layer_asked.clone();
+    let fake = serve(vec![image], move |digest, r| {
+        if digest == config_digest {
+            r.delay = Some(Duration::from_millis(200));
+        } else if digest == slow_layer {
+            asked.store(true, Ordering::SeqCst);
+            r.delay = Some(Duration::from_millis(600));
+        }
+    })
+    .await;
+    let root = root();
+    let store = open(root.path(), None);
+    let err = store
+        .pull(&format!("{}/crius/short:v1", fake.host()), &Auth::default())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("config lists 1 diff IDs for 2 layers"),
+        "{err}"
+    );
+    assert!(
+        layer_asked.load(Ordering::SeqCst),
+        "the layer was asked for while the config downloaded"
+    );
+    // Past the layer's arrival: a download the failed pull left running would land by now.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let blobs = root.path().join("content/sha256");
+    assert_eventually(
+        || names(&blobs).is_empty(),
+        "the failed pull's manifest, config and layers are freed",
+    );
+    assert_eq!(count_files(&root.path().join("snapshots")), 0);
+    assert!(store.list(None).unwrap().is_empty());
     assert_no_temp_files(root.path());
 }
 

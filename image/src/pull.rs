@@ -316,8 +316,9 @@ impl Inner {
             async move {
                 this.fetch_blob(&session, layer, &stats).await?;
                 if options.unpack {
-                    // Ends with `None` only when the config's work has ended without IDs,
-                    // whose error the join below returns.
+                    // Waits for the config's IDs. Their sender lives as long as this pull,
+                    // so no error comes while the join below runs; should one come, the
+                    // config's own result decides the pull.
                     let layer_ids = match ids.wait_for(Option::is_some).await {
                         Ok(ids) => ids.clone(),
                         Err(_) => None,

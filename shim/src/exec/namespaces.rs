@@ -7,6 +7,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+
 use crate::cgroup::Hierarchies;
 
 use super::*;
@@ -32,14 +35,13 @@ pub(super) fn open_namespaces(init_pid: i32) -> Result<Vec<Namespace>> {
         let path = dir.join(kind);
         move |source| ExecError::OpenNamespace { path, source }
     };
-    let theirs = open_at(None, &theirs_dir, libc::O_PATH | libc::O_DIRECTORY)
-        .map_err(error(&theirs_dir, ""))?;
-    let ours =
-        open_at(None, &ours_dir, libc::O_PATH | libc::O_DIRECTORY).map_err(error(&ours_dir, ""))?;
+    let directory = OFlag::O_PATH | OFlag::O_DIRECTORY;
+    let theirs = open_at(None, &theirs_dir, directory).map_err(error(&theirs_dir, ""))?;
+    let ours = open_at(None, &ours_dir, directory).map_err(error(&ours_dir, ""))?;
     let mut out = Vec::new();
     let all = std::iter::once(&("user", libc::CLONE_NEWUSER)).chain(NAMESPACES);
     for &(kind, flag) in all {
-        let fd = match open_at(Some(&theirs), Path::new(kind), libc::O_RDONLY) {
+        let fd = match open_at(Some(&theirs), Path::new(kind), OFlag::O_RDONLY) {
             Ok(fd) => fd,
             // A kernel without this kind of namespace.
             Err(e) if e.kind() == io::ErrorKind::NotFound && kind == "time" => continue,
@@ -47,7 +49,7 @@ pub(super) fn open_namespaces(init_pid: i32) -> Result<Vec<Namespace>> {
         };
         let file = fs::File::from(fd);
         let theirs_meta = file.metadata().map_err(error(&theirs_dir, kind))?;
-        let ours_meta = open_at(Some(&ours), Path::new(kind), libc::O_PATH)
+        let ours_meta = open_at(Some(&ours), Path::new(kind), OFlag::O_PATH)
             .map(fs::File::from)
             .and_then(|f| f.metadata())
             .map_err(error(&ours_dir, kind))?;
@@ -64,17 +66,13 @@ pub(super) fn open_namespaces(init_pid: i32) -> Result<Vec<Namespace>> {
 }
 
 /// `openat(2)` of `path` (relative to `dir`, else as it is) with `flags` and close-on-exec.
-fn open_at(dir: Option<&OwnedFd>, path: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let dirfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
-    // SAFETY: openat(2) with a valid directory descriptor (or AT_FDCWD) and a NUL-terminated
-    // path; the descriptor it returns is new and ours.
-    let fd = unsafe { libc::openat(dirfd, c_path.as_ptr(), flags | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+fn open_at(dir: Option<&OwnedFd>, path: &Path, flags: OFlag) -> io::Result<OwnedFd> {
+    let fd = nix::fcntl::openat(
+        dir.map(AsRawFd::as_raw_fd),
+        path,
+        flags | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
     // SAFETY: `fd` was just opened and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -17,8 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::Env;
+use crius_api::v1::image_service_client::ImageServiceClient;
 use crius_api::v1::runtime_service_client::RuntimeServiceClient;
 use crius_api::v1::*;
+use crius_tests::images::{self, TestImage};
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -276,6 +278,76 @@ impl Worker {
     }
 }
 
+/// A fourth client pulls and removes an image whose lowest layer is the pods' image's, so
+/// that the kills also meet the image store's writes and its collection of layers no image
+/// holds any more, while containers use the shared one. Returns whether the image must be
+/// there (`None`: the last call was cut off), its failures no kill explains, and how many
+/// calls it made.
+async fn pull_and_remove(
+    socket: PathBuf,
+    schedule: Arc<Schedule>,
+    image: String,
+) -> (Option<bool>, Vec<String>, usize) {
+    let mut there = Some(false);
+    let mut unexplained = Vec::new();
+    let mut n = 0;
+    while !schedule.over.load(Ordering::SeqCst) {
+        while !schedule.up.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        n += 1;
+        let pull = n % 2 == 1;
+        let kills = schedule.kills.load(Ordering::SeqCst);
+        let up = schedule.up.load(Ordering::SeqCst);
+        let image = image.clone();
+        let answer = tokio::time::timeout(CALL_LIMIT, async {
+            let mut client = crius_tests::crius::connect(&socket)
+                .await
+                .map(ImageServiceClient::new)
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let spec = Some(ImageSpec {
+                image,
+                ..Default::default()
+            });
+            match pull {
+                true => client
+                    .pull_image(PullImageRequest {
+                        image: spec,
+                        ..Default::default()
+                    })
+                    .await
+                    .map(|_| ()),
+                false => client
+                    .remove_image(RemoveImageRequest { image: spec })
+                    .await
+                    .map(|_| ()),
+            }
+        })
+        .await
+        .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer")));
+        match answer {
+            Ok(()) => there = Some(pull),
+            Err(status) => {
+                let killed = schedule.kills.load(Ordering::SeqCst) != kills || !up;
+                let transport = matches!(
+                    status.code(),
+                    Code::Unavailable | Code::Unknown | Code::Cancelled
+                );
+                if !(killed && transport) {
+                    unexplained.push(format!(
+                        "{} {n}: {:?} {}",
+                        if pull { "PullImage" } else { "RemoveImage" },
+                        status.code(),
+                        status.message()
+                    ));
+                }
+                there = None;
+            }
+        }
+    }
+    (there, unexplained, n)
+}
+
 fn seed() -> u64 {
     match std::env::var("CRIUS_CRASH_SEED") {
         Ok(s) => s.parse().expect("CRIUS_CRASH_SEED: a number"),
@@ -331,6 +403,17 @@ async fn crius_killed_at_random_moments_keeps_what_it_said_and_leaves_nothing() 
         }));
     }
 
+    let layered = images::push(&env.registry, TestImage::MultiLayer).unwrap();
+    assert_eq!(
+        layered.layers[0].diff_id, env.pushed.layers[0].diff_id,
+        "the layered image is built on the pods' image"
+    );
+    let puller = tokio::spawn(pull_and_remove(
+        env.crius.socket(),
+        Arc::clone(&schedule),
+        layered.reference.clone(),
+    ));
+
     // Kill at random moments while the clients go on: half of the kills after a random
     // wait, the other half right after an answer, to each step once (in random order).
     const STEPS: [Step; 8] = [
@@ -379,6 +462,8 @@ async fn crius_killed_at_random_moments_keeps_what_it_said_and_leaves_nothing() 
         rounds.extend(r);
         unexplained.extend(u);
     }
+    let (layered_there, u, image_calls) = puller.await.unwrap();
+    unexplained.extend(u);
     let whole = rounds.iter().filter(|r| r.cut.is_none()).count();
     let cut: HashMap<String, usize> =
         rounds
@@ -389,7 +474,8 @@ async fn crius_killed_at_random_moments_keeps_what_it_said_and_leaves_nothing() 
                 m
             });
     println!(
-        "{KILLS} kills; {whole} of {} rounds whole; cut off at: {cut:?}",
+        "{KILLS} kills; {whole} of {} rounds whole; cut off at: {cut:?}; \
+         {image_calls} PullImage and RemoveImage calls",
         rounds.len()
     );
     assert!(
@@ -417,6 +503,52 @@ async fn crius_killed_at_random_moments_keeps_what_it_said_and_leaves_nothing() 
     env.pods.sort();
     env.pods.dedup();
     env.assert_no_leaks().await;
+
+    // The images: the layered one as its last answer left it, the pods' one whole, and once
+    // the layered one is removed, nothing in the store but the pods' image.
+    let status = env.image_status(&layered.reference).await;
+    if let Some(there) = layered_there {
+        assert_eq!(status.is_some(), there, "the layered image after the kills");
+    }
+    if status.is_some() {
+        env.crius
+            .image()
+            .remove_image(RemoveImageRequest {
+                image: Some(ImageSpec {
+                    image: layered.reference.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap();
+    }
+    let pods_image = env.image_status(&env.image).await.expect("the pods' image");
+    assert_eq!(pods_image.id, env.pushed.config_digest);
+    let blobs: HashSet<String> = std::fs::read_dir(env.crius.root().join("content/sha256"))
+        .unwrap()
+        .map(|e| format!("sha256:{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    let wanted: HashSet<String> = [&env.pushed.digest, &env.pushed.config_digest]
+        .into_iter()
+        .cloned()
+        .chain(env.pushed.layers.iter().map(|l| l.digest.clone()))
+        .collect();
+    assert_eq!(blobs, wanted, "blobs in the store");
+    let snapshots = std::fs::read_dir(env.crius.root().join("snapshots"))
+        .unwrap()
+        .count();
+    assert_eq!(snapshots, env.pushed.layers.len(), "snapshots in the store");
+    // A container from the image the store kept still starts.
+    let config = env.pod_config("crash-after", false);
+    let pod = env.run_pod(config.clone()).await;
+    let c = env
+        .create_start(&pod, &config, env.container_config("c", &["true"]))
+        .await;
+    assert_eq!(
+        env.wait_exited(&c, Duration::from_secs(10)).await.exit_code,
+        0
+    );
+    env.remove_all_and_check(&[&c], &pod).await;
 }
 
 /// Checks crius's pods and containers against what the rounds were told; returns what does

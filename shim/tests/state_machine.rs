@@ -275,11 +275,16 @@ impl Rig {
 
     /// Create `id` and answer its helper with a fresh init pid: the pid.
     fn created(&mut self, id: &str) -> i32 {
+        let init = self.fake.pid();
+        self.created_as(id, init)
+    }
+
+    /// Create `id` and answer its helper with `init` as the init's pid.
+    fn created_as(&mut self, id: &str, init: i32) -> i32 {
         self.create(id);
         self.no_answer();
         let n = self.helpers() - 1;
         assert!(matches!(self.helper(n).1, HelperOp::Create { .. }));
-        let init = self.fake.pid();
         self.report(n, Outcome::Ok { pid: init });
         assert_eq!(self.answer(), Response::Ok(Reply::Created { pid: init }));
         self.helper_exits(n);
@@ -289,7 +294,13 @@ impl Rig {
     /// Create and start `id` (the start goes to a helper: the fake has no libcontainer
     /// record): the init's pid.
     fn running(&mut self, id: &str) -> i32 {
-        let init = self.created(id);
+        let init = self.fake.pid();
+        self.running_as(id, init)
+    }
+
+    /// [`Rig::running`] with `init` as the init's pid.
+    fn running_as(&mut self, id: &str, init: i32) -> i32 {
+        let init = self.created_as(id, init);
         self.send(Op::Start { id: id.to_owned() });
         self.no_answer();
         let n = self.helpers() - 1;
@@ -510,14 +521,15 @@ fn a_forced_delete_kills_the_init_and_waits_for_running_helpers() {
         before,
         "no delete while the exec helper runs"
     );
-    // The exec helper fails (its container is gone); then the delete runs.
+    // The exec helper fails (its container is gone): the container is not running; then the
+    // delete runs.
     rig.report(
         exec_helper,
         Outcome::Err {
             message: "container is not running".into(),
         },
     );
-    assert!(matches!(rig.answer(), Response::Err(e) if e.kind == ErrorKind::Internal));
+    assert!(matches!(rig.answer(), Response::Err(e) if e.kind == ErrorKind::FailedPrecondition));
     let n = rig.helpers() - 1;
     assert_eq!(rig.helper(n).1, HelperOp::Delete);
     rig.report(n, Outcome::Ok { pid: 0 });
@@ -572,6 +584,37 @@ fn an_exec_whose_process_is_reaped_before_its_helper_reports() {
         Response::Ok(Reply::Exec(outcome)) => {
             assert_eq!(outcome.exit_code, 7);
             assert!(!outcome.timed_out);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_exec_that_fails_because_its_init_ended_is_refused_not_an_internal_error() {
+    let mut rig = Rig::new();
+    // An init that lives (this test's own process: the fake launcher only records signals).
+    let live = i32::try_from(std::process::id()).unwrap();
+    rig.running_as("alive", live);
+    let n = rig.exec_pending("alive");
+    rig.report(
+        n,
+        Outcome::Err {
+            message: "exec: set up the process: something broke".into(),
+        },
+    );
+    match rig.answer() {
+        Response::Err(e) => assert_eq!(e.kind, ErrorKind::Internal, "{e:?}"),
+        other => panic!("{other:?}"),
+    }
+    // An init that has ended, its exit not handled yet: the helper found no namespaces.
+    let ended = rig.running("ended");
+    let n = rig.exec_pending("ended");
+    let message = format!("exec: open namespace /proc/{ended}/ns/ipc: No such file or directory");
+    rig.report(n, Outcome::Err { message });
+    match rig.answer() {
+        Response::Err(e) => {
+            assert_eq!(e.kind, ErrorKind::FailedPrecondition, "{e:?}");
+            assert!(e.message.contains("not running"), "{e:?}");
         }
         other => panic!("{other:?}"),
     }

@@ -16,9 +16,10 @@ impl Daemon {
         let _lock = self.locks.lock(&c.id).await;
         let c = self.container(&c.id)?;
         if c.state != ContainerState::Created {
+            let now = format!("{:?}", c.state).to_lowercase();
             return Err(Error::FailedPrecondition(format!(
-                "container {} is {:?}, not created",
-                c.id, c.state
+                "container {} is {now}, not created",
+                c.id
             )));
         }
         let shim = self.shims.get(&c.sandbox_id).await?;

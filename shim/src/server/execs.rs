@@ -300,11 +300,23 @@ impl Shim {
                     return;
                 };
                 let _ = fs::remove_file(&job.process_file);
-                let response = Response::Err(err(
-                    ErrorKind::Internal,
-                    format!("exec in container {}: {message}", job.container),
-                ));
-                self.complete(job.token, response);
+                // The init ended while the helper was joining it (a pod being stopped): its
+                // namespaces were gone. The container is not running; the shim did not fail.
+                let error = match self.init_ended(&job.container) {
+                    true => err(
+                        ErrorKind::FailedPrecondition,
+                        format!(
+                            "container {} is not running: it ended while the exec was starting \
+                             ({message})",
+                            job.container
+                        ),
+                    ),
+                    false => err(
+                        ErrorKind::Internal,
+                        format!("exec in container {}: {message}", job.container),
+                    ),
+                };
+                self.complete(job.token, Response::Err(error));
                 return;
             }
         };
@@ -346,6 +358,23 @@ impl Shim {
     }
 
     /// The exec whose process is `pid`, still running.
+    /// Whether container `id`'s init has ended: the shim has seen its exit, or it is a zombie
+    /// or gone though its exit has not been handled yet.
+    fn init_ended(&self, id: &str) -> bool {
+        let Some(pid) = self.containers.get(id).and_then(|c| c.phase.live_pid()) else {
+            return true;
+        };
+        match fs::read(format!("/proc/{pid}/stat")) {
+            // The state is the field after the command, which ends at the last `)`.
+            Ok(stat) => stat
+                .iter()
+                .rposition(|&b| b == b')')
+                .and_then(|end| stat.get(end + 2))
+                .is_some_and(|state| matches!(state, b'Z' | b'X')),
+            Err(_) => true,
+        }
+    }
+
     pub(super) fn exec_of(&self, pid: i32) -> Option<u64> {
         self.execs
             .iter()

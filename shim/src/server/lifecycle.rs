@@ -148,10 +148,15 @@ impl Phase {
     pub fn can_start(&self, id: &str) -> Result<i32, ShimError> {
         match self {
             Self::Created { pid } => Ok(*pid),
-            other => Err(refused(format!(
-                "container {id} is {:?}, not created",
-                other.status()
-            ))),
+            other => {
+                let now = match other.status() {
+                    ContainerStatus::Creating => "being created",
+                    ContainerStatus::Created => "created",
+                    ContainerStatus::Running => "running",
+                    ContainerStatus::Stopped => "exited",
+                };
+                Err(refused(format!("container {id} is {now}, not created")))
+            }
         }
     }
 

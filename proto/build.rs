@@ -12,6 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // An RPC that has no handler yet answers Unimplemented instead of failing the build.
         .generate_default_stubs(true)
+        // A request that does not decode is InvalidArgument (see `src/codec.rs`).
+        .codec_path("crate::codec::CriCodec")
         .compile_fds(fds)?;
 
     // NRI: messages only; crius frames them itself (ttrpc over a multiplexed unix socket).

@@ -9,6 +9,8 @@ pub mod runtime {
 
 pub use runtime::v1;
 
+pub mod codec;
+
 /// The NRI protocol (`nri.pkg.api.v1alpha1`) and ttrpc's envelope, messages only.
 pub mod nri {
     /// Package `nri.pkg.api.v1alpha1`.

@@ -170,3 +170,53 @@ async fn health_service_on_the_cri_socket() {
         .unwrap_err();
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 }
+
+/// Requests whose bytes do not decode (a client with a broken or mismatched message
+/// definition) are the client's error: InvalidArgument naming the message and the field, not
+/// the Internal that tonic (like grpc-go) answers by default. Nothing is created, and the
+/// next good call is served.
+#[tokio::test]
+async fn requests_that_do_not_decode_are_invalid_argument_naming_the_field() {
+    let env = Env::new(109).await;
+    let out = Command::new(python())
+        .arg(workspace().join("tests/python/malformed_requests.py"))
+        .arg(env.crius.socket())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "malformed_requests.py: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expect = [
+        (
+            "run_pod_sandbox_name_not_utf8",
+            "RunPodSandboxRequest does not decode: PodSandboxMetadata.name: \
+             PodSandboxConfig.metadata: RunPodSandboxRequest.config: invalid string value",
+        ),
+        (
+            "run_pod_sandbox_truncated",
+            "RunPodSandboxRequest does not decode: RunPodSandboxRequest.config: buffer underflow",
+        ),
+        (
+            "container_status_garbage",
+            "ContainerStatusRequest does not decode: invalid varint",
+        ),
+        (
+            "image_status_not_utf8",
+            "ImageStatusRequest does not decode: ImageSpec.image: ImageStatusRequest.image: \
+             invalid string value",
+        ),
+    ];
+    for (case, message) in expect {
+        assert_eq!(seen[case][0], "INVALID_ARGUMENT", "{case}: {seen}");
+        let details = seen[case][1].as_str().unwrap_or_default();
+        assert!(details.starts_with(message), "{case}: {details:?}");
+    }
+    assert_eq!(seen["version_unknown_field"], "OK", "{seen}");
+    let pods = env.list_pods(PodSandboxFilter::default()).await;
+    assert!(pods.is_empty(), "{pods:?}");
+    env.assert_no_leaks().await;
+}

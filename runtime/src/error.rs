@@ -146,10 +146,28 @@ impl From<crius_image::Error> for Error {
     }
 }
 
+/// CNI's "try again later" error code (spec, "Error").
+const CNI_TRY_AGAIN_LATER: u32 = 11;
+
 impl From<crius_cni::Error> for Error {
+    /// A network plugin that is missing, misconfigured, failing or printing nonsense is the
+    /// node's network setup to fix (FailedPrecondition), one that is too slow or asks to be
+    /// asked later is DeadlineExceeded or Unavailable; only crius's own steps (the network
+    /// namespace, the attachment cache, its files) are Internal.
     fn from(e: crius_cni::Error) -> Error {
-        match e {
-            crius_cni::Error::NoNetworkConfig { .. } => Error::FailedPrecondition(chain(&e)),
+        use crius_cni::Error as E;
+        let msg = || format!("pod network: {}", chain(&e));
+        match &e {
+            E::NoNetworkConfig { .. } => Error::FailedPrecondition(chain(&e)),
+            E::PluginTimeout { .. } => Error::DeadlineExceeded(msg()),
+            E::Plugin { code, .. } if *code == CNI_TRY_AGAIN_LATER => Error::Unavailable(msg()),
+            E::InvalidConfig { .. }
+            | E::PluginNotFound { .. }
+            | E::PluginExec { .. }
+            | E::Plugin { .. }
+            | E::PluginExit { .. }
+            | E::InvalidResult { .. } => Error::FailedPrecondition(msg()),
+            E::InvalidArgument(_) => Error::InvalidArgument(msg()),
             _ => Error::internal("pod network", e),
         }
     }
@@ -238,6 +256,47 @@ mod tests {
         assert_eq!(crate::util::excerpt("short"), "short");
         let cut = crate::util::excerpt(&huge);
         assert!(cut.len() < 100 && cut.ends_with("(2097152 bytes)"), "{cut}");
+    }
+
+    #[test]
+    fn network_plugin_failures_are_the_nodes_not_crius_s() {
+        use std::time::Duration;
+        let plugin = || "bridge".to_owned();
+        let code = |e: crius_cni::Error| to_status(&Error::from(e)).code();
+        assert_eq!(
+            code(crius_cni::Error::PluginTimeout {
+                plugin: plugin(),
+                command: "ADD",
+                timeout: Duration::from_secs(3),
+            }),
+            Code::DeadlineExceeded
+        );
+        let failed = |code: u32| crius_cni::Error::Plugin {
+            plugin: plugin(),
+            command: "ADD",
+            code,
+            msg: "no".into(),
+            details: String::new(),
+        };
+        assert_eq!(code(failed(11)), Code::Unavailable);
+        assert_eq!(code(failed(7)), Code::FailedPrecondition);
+        assert_eq!(code(failed(100)), Code::FailedPrecondition);
+        let status = to_status(&Error::from(crius_cni::Error::InvalidResult {
+            plugin: plugin(),
+            command: "ADD",
+            reason: "expected ident".into(),
+        }));
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert_eq!(
+            status.message(),
+            "pod network: plugin bridge (ADD) printed an invalid result: expected ident"
+        );
+        let own = crius_cni::Error::Netns {
+            op: "create",
+            path: "/run/crius/netns/x".into(),
+            source: std::io::Error::other("boom"),
+        };
+        assert_eq!(code(own), Code::Internal);
     }
 
     #[test]

@@ -580,6 +580,37 @@ async fn failed_network_setup_is_undone() {
         16,
         r#"{ "type": "tuning", "sysctl": { "net.ipv4.conf.eth0.crius_e2e_no_such": "1" } }"#,
         "tuning",
+        None,
+        Code::FailedPrecondition,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn failed_network_setup_with_a_plugin_printing_nonsense_is_undone() {
+    network_failure_is_undone(
+        112,
+        r#"{ "type": "crius-e2e-nonsense" }"#,
+        "crius-e2e-nonsense",
+        Some(r#"[ "$CNI_COMMAND" = ADD ] && echo 'this is not a CNI result'; exit 0"#),
+        Code::FailedPrecondition,
+    )
+    .await;
+}
+
+/// A plugin's "try again later" (CNI error code 11) is Unavailable: kubelet's retry is the
+/// answer, not a fix of the node.
+#[tokio::test]
+async fn failed_network_setup_a_plugin_asks_to_retry_is_unavailable_and_undone() {
+    network_failure_is_undone(
+        113,
+        r#"{ "type": "crius-e2e-busy" }"#,
+        "crius-e2e-busy",
+        Some(
+            r#"[ "$CNI_COMMAND" = ADD ] || exit 0
+echo '{"cniVersion": "1.0.0", "code": 11, "msg": "busy, try again later"}'; exit 1"#,
+        ),
+        Code::Unavailable,
     )
     .await;
 }
@@ -590,15 +621,27 @@ async fn failed_network_setup_with_a_missing_plugin_is_undone() {
         17,
         r#"{ "type": "crius-e2e-no-such-plugin" }"#,
         "crius-e2e-no-such-plugin",
+        None,
+        Code::FailedPrecondition,
     )
     .await;
 }
 
-/// Appends `plugin` to the test network's chain, checks RunPodSandbox fails naming
-/// `plugin_name` and leaves nothing (no pod, no address, no state), then repairs the config and
-/// runs the same pod.
-async fn network_failure_is_undone(n: u8, plugin: &str, plugin_name: &str) {
+/// Appends `plugin` to the test network's chain (with `script` as the body of a plugin named
+/// `plugin_name` in the test's plugin dir), checks RunPodSandbox fails with `code` naming
+/// `plugin_name` and leaves nothing (no pod, no address, no state), then repairs the config
+/// and runs the same pod.
+async fn network_failure_is_undone(
+    n: u8,
+    plugin: &str,
+    plugin_name: &str,
+    script: Option<&str>,
+    code: Code,
+) {
     let mut env = Env::new(n).await;
+    if let Some(body) = script {
+        env.script_plugin(plugin_name, body);
+    }
     let good = env.bridge_conflist();
     let broken = good.replacen("\n  ]\n}", &format!(",\n    {plugin}\n  ]\n}}"), 1);
     assert_ne!(broken, good);
@@ -606,6 +649,7 @@ async fn network_failure_is_undone(n: u8, plugin: &str, plugin_name: &str) {
     let config = env.pod_config("netfail", false);
     let failed = wait_for_error(&env, &config).await;
     assert!(failed.message().contains(plugin_name), "{failed:?}");
+    assert_eq!(failed.code(), code, "{failed:?}");
     assert!(env.list_pods(PodSandboxFilter::default()).await.is_empty());
     assert!(env.allocated_ips().is_empty(), "{:?}", env.allocated_ips());
     let state = env.crius.state();

@@ -121,8 +121,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// Writing the layer's files failed (the node's disk, not the layer).
     #[error("unpack layer {digest}: {reason}")]
     Unpack { digest: Digest, reason: String },
+
+    /// The image's manifest and config do not agree.
+    #[error("invalid image {what}: {reason}")]
+    InvalidImage { what: String, reason: String },
+
+    /// The layer is not a tar stream, or not the one the image's config names.
+    #[error("unpack layer {digest}: {reason}")]
+    BadLayer { digest: Digest, reason: String },
 
     #[error("image {0:?} not found")]
     ImageNotFound(String),
@@ -163,23 +172,28 @@ impl Error {
             Error::PermissionDenied { .. } => K::PermissionDenied,
             Error::Unavailable { .. } => K::Unavailable,
             Error::NotFoundInRegistry { .. } | Error::ImageNotFound(_) => K::NotFound,
+            // A registry that answers what it should not is not serving: as a 5xx.
             Error::RegistryStatus { status, .. } => match status {
-                429 | 500..=599 => K::Unavailable,
                 400 => K::InvalidArgument,
-                _ => K::Internal,
+                _ => K::Unavailable,
             },
+            Error::Protocol { .. } => K::Unavailable,
             Error::Stalled { .. }
             | Error::ResponseStalled { .. }
             | Error::ManifestStalled { .. } => K::DeadlineExceeded,
+            // The image as it is served cannot be used: content that is not what its digest
+            // says, manifests or configs that do not parse, layers that are not tar streams
+            // or that the unpacker refuses. The image must be fixed, not crius.
             Error::NoMatchingPlatform { .. }
             | Error::UnsupportedMediaType { .. }
             | Error::TooManyLayers { .. }
-            | Error::NonDistributable { .. } => K::FailedPrecondition,
-            Error::Protocol { .. }
+            | Error::NonDistributable { .. }
             | Error::Verification { .. }
             | Error::BadJson { .. }
             | Error::UnsafeEntry { .. }
-            | Error::Unpack { .. }
+            | Error::InvalidImage { .. }
+            | Error::BadLayer { .. } => K::FailedPrecondition,
+            Error::Unpack { .. }
             | Error::Incomplete { .. }
             | Error::Io { .. }
             | Error::Internal(_) => K::Internal,

@@ -291,9 +291,8 @@ impl Inner {
                 parse_json(&config_bytes, "image config", &manifest.config.digest)?;
             let diff_ids = config.rootfs.diff_ids.clone();
             if diff_ids.len() != manifest.layers.len() {
-                return Err(Error::Protocol {
-                    registry: reference.domain().to_string(),
-                    what: format!("image {what}"),
+                return Err(Error::InvalidImage {
+                    what: what.to_string(),
                     reason: format!(
                         "config lists {} diff IDs for {} layers",
                         diff_ids.len(),

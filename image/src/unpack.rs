@@ -93,7 +93,7 @@ pub fn unpack_layer(
         setgid_dirs: HashSet::new(),
     };
     let mut entries_count = 0;
-    let bad = |reason: String| Error::Unpack {
+    let bad = |reason: String| Error::BadLayer {
         digest: digest.clone(),
         reason,
     };
@@ -211,7 +211,7 @@ impl Extractor {
     fn entry<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<()> {
         let raw = entry
             .path()
-            .map_err(|e| Error::Unpack {
+            .map_err(|e| Error::BadLayer {
                 digest: self.digest.clone(),
                 reason: format!("entry name: {e}"),
             })?

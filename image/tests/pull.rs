@@ -479,6 +479,8 @@ async fn corrupt_blob_is_refused_and_nothing_recorded() {
         .unwrap_err();
     assert!(err.to_string().contains(&pushed.layer_digests[0]), "{err}");
     assert!(err.to_string().contains("failed verification"), "{err}");
+    // The registry's content is broken, not crius.
+    assert_eq!(err.kind(), ErrorKind::FailedPrecondition, "{err}");
     assert!(store.list(None).unwrap().is_empty());
     let hex = pushed.layer_digests[0].trim_start_matches("sha256:");
     assert!(!root.path().join("content/sha256").join(hex).exists());
@@ -512,6 +514,7 @@ async fn escaping_tar_is_refused() {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("refused"), "{err}");
+        assert_eq!(err.kind(), ErrorKind::FailedPrecondition, "{err}");
         assert!(store.list(None).unwrap().is_empty());
         assert!(!root.path().join("snapshots/crius-escaped").exists());
         assert!(!Path::new("/tmp/crius-escaped").exists());
@@ -1069,6 +1072,7 @@ async fn a_config_refused_while_a_layer_downloads_ends_the_pull_and_leaves_nothi
             .contains("config lists 1 diff IDs for 2 layers"),
         "{err}"
     );
+    assert_eq!(err.kind(), ErrorKind::FailedPrecondition, "{err}");
     assert!(
         layer_asked.load(Ordering::SeqCst),
         "the layer was asked for while the config downloaded"
@@ -1402,4 +1406,71 @@ async fn registry_settings_change_for_the_next_pull() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::DeadlineExceeded, "{err}");
     assert!(started.elapsed() < Duration::from_secs(5), "{err}");
+}
+
+/// What the registry serves decides the code, never Internal: an image that cannot be used
+/// (a manifest that does not parse, a layer that is not a tar stream) is FailedPrecondition, a
+/// registry that answers what it should not is Unavailable. Nothing is left of either pull.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_image_is_failed_precondition_and_a_confused_registry_unavailable() {
+    let not_tar = FakeImage::new("crius/not-tar", &[b"this is not a tar stream ".repeat(40)]);
+    let fake = FakeRegistry::start(move |_, path, _, _| {
+        if path.contains("/crius/not-json/manifests/") {
+            return Reply::ok(
+                b"{not json".to_vec(),
+                "application/vnd.oci.image.manifest.v1+json",
+            );
+        }
+        if path.contains("/crius/teapot/") {
+            return Reply::status(418);
+        }
+        if path.contains("/manifests/") {
+            return Reply::ok(
+                not_tar.manifest.clone(),
+                "application/vnd.oci.image.manifest.v1+json",
+            );
+        }
+        match not_tar
+            .blobs
+            .iter()
+            .find(|(d, _)| path.ends_with(d.as_str()))
+        {
+            Some((_, body)) => Reply::ok(body.clone(), "application/octet-stream"),
+            None => Reply::status(404),
+        }
+    })
+    .await;
+    let root = root();
+    let store = open(root.path(), None);
+    for (repo, kind, says) in [
+        (
+            "not-json",
+            ErrorKind::FailedPrecondition,
+            "invalid manifest",
+        ),
+        ("not-tar", ErrorKind::FailedPrecondition, "read tar"),
+        (
+            "teapot",
+            ErrorKind::Unavailable,
+            "unexpected HTTP status 418",
+        ),
+    ] {
+        let err = store
+            .pull(
+                &format!("{}/crius/{repo}:v1", fake.host()),
+                &Auth::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), kind, "{repo}: {err}");
+        assert!(err.to_string().contains(says), "{repo}: {err}");
+    }
+    let blobs = root.path().join("content/sha256");
+    assert_eventually(
+        || names(&blobs).is_empty(),
+        "the failed pulls' blobs are freed",
+    );
+    assert_eq!(count_files(&root.path().join("snapshots")), 0);
+    assert!(store.list(None).unwrap().is_empty());
+    assert_no_temp_files(root.path());
 }

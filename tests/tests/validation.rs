@@ -295,3 +295,80 @@ async fn sysctls_the_kernel_would_refuse() {
     }
     env.assert_no_leaks().await;
 }
+
+/// A create the runtime fails because of the request is the request's error: a command the
+/// image lacks and a directory bound onto a file of the image are named as InvalidArgument (the
+/// runtime's own words follow), a mount onto `/` is refused at the door, and each create is
+/// undone. A command a mount provides is not the image's to lack.
+#[tokio::test]
+async fn creates_the_request_makes_fail_are_invalid_argument_and_undone() {
+    let mut env = Env::with_image(117).await;
+    let pod_config = env.pod_config("bad-creates", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let scripts = tempfile::tempdir().unwrap();
+    let script = scripts.path().join("run");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let create = |name: &str, cmd: &[&str], mounts: Vec<(&str, &str)>| {
+        let mut config = env.container_config(name, cmd);
+        config.mounts = mounts
+            .into_iter()
+            .map(|(container_path, host_path)| Mount {
+                container_path: container_path.into(),
+                host_path: host_path.into(),
+                ..Default::default()
+            })
+            .collect();
+        let mut rt = env.rt();
+        let (pod, pod_config) = (pod.clone(), pod_config.clone());
+        async move {
+            rt.create_container(CreateContainerRequest {
+                pod_sandbox_id: pod,
+                config: Some(config),
+                sandbox_config: Some(pod_config),
+            })
+            .await
+        }
+    };
+    let dir = scripts.path().to_str().unwrap();
+    assert_status(
+        create("absolute", &["/no/such/cmd"], vec![]).await,
+        Code::InvalidArgument,
+        &[
+            "config.command: /no/such/cmd is not in the image",
+            "runtime said",
+        ],
+    );
+    assert_status(
+        create("bare", &["nosuchcmd"], vec![]).await,
+        Code::InvalidArgument,
+        &["config.command: nosuchcmd is in none of the image's PATH directories"],
+    );
+    assert_status(
+        create("dir-on-file", &["sleep", "60"], vec![("/etc/passwd", dir)]).await,
+        Code::InvalidArgument,
+        &[
+            "mount /etc/passwd: host_path",
+            "is a directory, but /etc/passwd in the image is not",
+        ],
+    );
+    assert_status(
+        create("onto-root", &["sleep", "60"], vec![("/", dir)]).await,
+        Code::InvalidArgument,
+        &["mount container_path /: a mount cannot replace the container's root"],
+    );
+    let left = env.list_containers(ContainerFilter::default()).await;
+    assert!(left.is_empty(), "undone creates left {left:?}");
+    // The script a mount provides runs.
+    let id = create("mounted", &["/scripts/run"], vec![("/scripts", dir)])
+        .await
+        .unwrap()
+        .into_inner()
+        .container_id;
+    env.start(&id).await;
+    let status = env
+        .wait_exited(&id, std::time::Duration::from_secs(10))
+        .await;
+    assert_eq!(status.exit_code, 0, "{status:?}");
+    env.remove_all_and_check(&[&id], &pod).await;
+}

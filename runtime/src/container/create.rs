@@ -599,7 +599,7 @@ impl Daemon {
             })
             .await;
         drop(preserved);
-        let pid = pid?;
+        let pid = pid.map_err(|e| super::diagnose::explain(e.into(), &spec, &paths.rootfs))?;
         if restore.is_some() {
             // The processes are restored (stopped until the start): the images are not needed.
             if let Err(e) = std::fs::remove_dir_all(&restore_dir) {

@@ -8,6 +8,7 @@
 
 pub mod checkpoint;
 mod create;
+mod diagnose;
 mod exec;
 mod image_volumes;
 mod recover;

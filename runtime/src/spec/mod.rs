@@ -69,7 +69,7 @@ mod image;
 mod mounts;
 mod process;
 mod resources;
-mod rootfs;
+pub(crate) mod rootfs;
 pub mod seccomp;
 pub mod security;
 mod signal;

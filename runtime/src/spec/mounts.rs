@@ -237,6 +237,12 @@ pub(crate) fn cri_mounts(mounts: &[CriMount]) -> Result<(Vec<Mount>, RootPropaga
     let mut root = RootPropagation::Unchanged;
     for m in mounts {
         let dest = clean_container_path(&m.container_path, "mount container_path")?;
+        if dest == Path::new("/") {
+            return Err(SpecError::invalid(format!(
+                "mount container_path {}: a mount cannot replace the container's root",
+                m.container_path
+            )));
+        }
         if m.image.as_ref().is_some_and(|i| !i.image.is_empty()) && m.host_path.is_empty() {
             return Err(SpecError::invalid(format!(
                 "mount {}: image volumes are not supported",

@@ -314,6 +314,52 @@ async fn bad_requests_name_the_field() {
         Code::InvalidArgument,
         &["runtime_handler", "no-such-handler"],
     );
+    // Ports, nameservers and groups that the network plugin, the resolver or the kernel
+    // would trip over later.
+    let port = |host_port: i32, container_port: i32| PortMapping {
+        protocol: Protocol::Tcp as i32,
+        container_port,
+        host_port,
+        host_ip: String::new(),
+    };
+    let mut config = env.pod_config("bad", false);
+    config.port_mappings = vec![port(18081, 80), port(18081, 81)];
+    assert_status(
+        rt.run_pod_sandbox(run(Some(config), "")).await,
+        Code::InvalidArgument,
+        &[
+            "port_mappings[1]: host port 18081",
+            "port_mappings[0]'s already",
+        ],
+    );
+    let mut config = env.pod_config("bad", false);
+    config.port_mappings = vec![port(18082, 0)];
+    assert_status(
+        rt.run_pod_sandbox(run(Some(config), "")).await,
+        Code::InvalidArgument,
+        &["port_mappings[0]: host port 18082 goes to container port 0"],
+    );
+    let mut config = env.pod_config("bad", true);
+    config.dns_config = Some(DnsConfig {
+        servers: vec!["10.0.0.10".into(), "not-an-address".into()],
+        ..Default::default()
+    });
+    assert_status(
+        rt.run_pod_sandbox(run(Some(config), "")).await,
+        Code::InvalidArgument,
+        &[
+            "dns_config.servers[1]",
+            "not-an-address",
+            "is not an IP address",
+        ],
+    );
+    let mut config = env.pod_config("bad", true);
+    common::pod_sc(&mut config).supplemental_groups = (1..=70_000).collect();
+    assert_status(
+        rt.run_pod_sandbox(run(Some(config), "")).await,
+        Code::InvalidArgument,
+        &["supplemental_groups: 70000 groups", "at most 65536"],
+    );
     // None of those reserved the name.
     let pod = env.run_pod(env.pod_config("bad", true)).await;
     let pod_config = env.pod_config("bad", true);

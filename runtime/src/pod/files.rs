@@ -63,6 +63,16 @@ pub fn validate_dns(dns: &DnsConfig) -> Result<()> {
             }
         }
     }
+    // A nameserver is an address (IPv6 with an optional `%scope`); resolvers skip any other.
+    for (i, server) in dns.servers.iter().enumerate() {
+        let address = server.split_once('%').map_or(server.as_str(), |(a, _)| a);
+        if address.parse::<std::net::IpAddr>().is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "dns_config.servers[{i}] {:?} is not an IP address",
+                crate::util::excerpt(server)
+            )));
+        }
+    }
     Ok(())
 }
 

@@ -69,12 +69,36 @@ fn validate(config: &PodSandboxConfig) -> Result<()> {
     if let Some(dns) = &config.dns_config {
         files::validate_dns(dns)?;
     }
+    let mut published = std::collections::HashMap::new();
     for (i, p) in config.port_mappings.iter().enumerate() {
         let ok = |v: i32| (0..=65535).contains(&v);
         if !ok(p.host_port) || !ok(p.container_port) {
             return Err(Error::InvalidArgument(format!(
                 "port_mappings[{i}]: port out of range (container {}, host {})",
                 p.container_port, p.host_port
+            )));
+        }
+        // A mapping without a host port publishes nothing (it is not given to CNI).
+        if p.host_port == 0 {
+            continue;
+        }
+        if p.container_port == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "port_mappings[{i}]: host port {} goes to container port 0",
+                p.host_port
+            )));
+        }
+        // Two rules for one host port: the second would never see a packet.
+        let key = (p.protocol, p.host_ip.as_str(), p.host_port);
+        if let Some(first) = published.insert(key, i) {
+            return Err(Error::InvalidArgument(format!(
+                "port_mappings[{i}]: host port {} ({}) is port_mappings[{first}]'s already",
+                p.host_port,
+                if p.host_ip.is_empty() {
+                    "all addresses"
+                } else {
+                    &p.host_ip
+                }
             )));
         }
         if !p.host_ip.is_empty() && p.host_ip.parse::<std::net::IpAddr>().is_err() {

@@ -121,9 +121,8 @@ pub(crate) fn container_user(
             "supplemental_groups_policy {policy} is unknown"
         )));
     }
-    for g in sc.map(|s| s.supplemental_groups.as_slice()).unwrap_or(&[]) {
-        push_unique(&mut additional, id_from_i64(*g, "supplemental_groups")?);
-    }
+    let requested = sc.map(|s| s.supplemental_groups.as_slice()).unwrap_or(&[]);
+    add_supplemental_groups(&mut additional, requested)?;
 
     Ok(UserBuilder::default()
         .uid(uid)
@@ -213,6 +212,35 @@ fn id_from_i64(value: i64, field: &str) -> Result<u32> {
         .ok_or_else(|| SpecError::invalid(format!("{field} {value} is out of range")))
 }
 
+/// Linux's limit on a process's supplementary groups (`NGROUPS_MAX`).
+const NGROUPS_MAX: usize = 65536;
+
+/// Appends the `supplemental_groups` a request asks for to `groups`, each once, in order;
+/// refused beyond what a process can have.
+fn add_supplemental_groups(groups: &mut Vec<u32>, requested: &[i64]) -> Result<()> {
+    if requested.len() > NGROUPS_MAX {
+        return Err(SpecError::invalid(format!(
+            "supplemental_groups: {} groups; a process has at most {NGROUPS_MAX}",
+            requested.len()
+        )));
+    }
+    let mut seen: std::collections::HashSet<u32> = groups.iter().copied().collect();
+    for g in requested {
+        let g = id_from_i64(*g, "supplemental_groups")?;
+        if seen.insert(g) {
+            groups.push(g);
+        }
+    }
+    if groups.len() > NGROUPS_MAX {
+        return Err(SpecError::invalid(format!(
+            "supplemental_groups: {} groups with the user's own; a process has at most \
+             {NGROUPS_MAX}",
+            groups.len()
+        )));
+    }
+    Ok(())
+}
+
 fn push_unique(list: &mut Vec<u32>, value: u32) {
     if !list.contains(&value) {
         list.push(value);
@@ -235,9 +263,7 @@ pub(crate) fn sandbox_user(
         .transpose()?
         .unwrap_or(0);
     let mut additional = vec![gid];
-    for g in supplemental_groups {
-        push_unique(&mut additional, id_from_i64(*g, "supplemental_groups")?);
-    }
+    add_supplemental_groups(&mut additional, supplemental_groups)?;
     Ok(UserBuilder::default()
         .uid(uid)
         .gid(gid)

@@ -211,6 +211,9 @@ fn validate_domain(domain: &str) -> std::result::Result<(), String> {
         if port.is_empty() || !port.chars().all(|c| c.is_ascii_digit()) || port.len() > 5 {
             return Err(bad());
         }
+        if port.parse::<u16>().is_err() {
+            return Err(format!("invalid registry host {domain:?}: port {port} is over 65535"));
+        }
     }
     if let Some(host) = host {
         if host.is_empty() {
@@ -379,6 +382,8 @@ mod tests {
             "foo___bar".into(),
             "host:port/foo".into(),
             "host:123456/foo".into(),
+            "host:99999/foo".into(),
+            "[::1]:70000/foo".into(),
             "-host.com/foo".into(),
             "[::1/foo".into(),
             "busybox@sha256:abc".into(),

@@ -212,7 +212,9 @@ fn validate_domain(domain: &str) -> std::result::Result<(), String> {
             return Err(bad());
         }
         if port.parse::<u16>().is_err() {
-            return Err(format!("invalid registry host {domain:?}: port {port} is over 65535"));
+            return Err(format!(
+                "invalid registry host {domain:?}: port {port} is over 65535"
+            ));
         }
     }
     if let Some(host) = host {

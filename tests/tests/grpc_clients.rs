@@ -42,24 +42,37 @@ fn workspace() -> &'static Path {
 
 /// Runs tests/python/cri_client.py against `env`'s crius; returns what it printed.
 fn python_client(env: &Env, authority: Option<&str>, pod: &str) -> serde_json::Value {
+    let log_dir = env.log_dir(pod);
+    let proto = workspace().join("proto");
+    let socket = env.crius.socket();
+    python_script(
+        "cri_client.py",
+        &[
+            proto.as_os_str(),
+            socket.as_os_str(),
+            authority.unwrap_or("-").as_ref(),
+            pod.as_ref(),
+            log_dir.as_os_str(),
+        ],
+    )
+}
+
+/// Runs `tests/python/<script>` with `args`; returns the JSON it printed.
+fn python_script(script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
     let out = Command::new(python())
-        .arg(workspace().join("tests/python/cri_client.py"))
-        .arg(workspace().join("proto"))
-        .arg(env.crius.socket())
-        .arg(authority.unwrap_or("-"))
-        .arg(pod)
-        .arg(env.log_dir(pod))
+        .arg(workspace().join("tests/python").join(script))
+        .args(args)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "python client: {}\n{}",
+        "{script}: {}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
-            "python client printed {:?}: {e}",
+            "{script} printed {:?}: {e}",
             String::from_utf8_lossy(&out.stdout)
         )
     })
@@ -178,18 +191,8 @@ async fn health_service_on_the_cri_socket() {
 #[tokio::test]
 async fn requests_that_do_not_decode_are_invalid_argument_naming_the_field() {
     let env = Env::new(109).await;
-    let out = Command::new(python())
-        .arg(workspace().join("tests/python/malformed_requests.py"))
-        .arg(env.crius.socket())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "malformed_requests.py: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let socket = env.crius.socket();
+    let seen = python_script("malformed_requests.py", &[socket.as_os_str()]);
     let expect = [
         (
             "run_pod_sandbox_name_not_utf8",

@@ -155,21 +155,37 @@ impl From<crius_cni::Error> for Error {
     /// asked later is DeadlineExceeded or Unavailable; only crius's own steps (the network
     /// namespace, the attachment cache, its files) are Internal.
     fn from(e: crius_cni::Error) -> Error {
-        use crius_cni::Error as E;
-        let msg = || format!("pod network: {}", chain(&e));
-        match &e {
-            E::NoNetworkConfig { .. } => Error::FailedPrecondition(chain(&e)),
-            E::PluginTimeout { .. } => Error::DeadlineExceeded(msg()),
-            E::Plugin { code, .. } if *code == CNI_TRY_AGAIN_LATER => Error::Unavailable(msg()),
-            E::InvalidConfig { .. }
-            | E::PluginNotFound { .. }
-            | E::PluginExec { .. }
-            | E::Plugin { .. }
-            | E::PluginExit { .. }
-            | E::InvalidResult { .. } => Error::FailedPrecondition(msg()),
-            E::InvalidArgument(_) => Error::InvalidArgument(msg()),
+        if matches!(e, crius_cni::Error::NoNetworkConfig { .. }) {
+            return Error::FailedPrecondition(chain(&e));
+        }
+        let msg = format!("pod network: {}", chain(&e));
+        match cni_code(&e) {
+            Code::DeadlineExceeded => Error::DeadlineExceeded(msg),
+            Code::Unavailable => Error::Unavailable(msg),
+            Code::FailedPrecondition => Error::FailedPrecondition(msg),
+            Code::InvalidArgument => Error::InvalidArgument(msg),
             _ => Error::internal("pod network", e),
         }
+    }
+}
+
+/// The code of a CNI failure (see `From<crius_cni::Error>`); several failures at once (the
+/// rest of a chain's DEL goes on after one plugin fails) take the first one's.
+fn cni_code(e: &crius_cni::Error) -> Code {
+    use crius_cni::Error as E;
+    match e {
+        E::PluginTimeout { .. } => Code::DeadlineExceeded,
+        E::Plugin { code, .. } if *code == CNI_TRY_AGAIN_LATER => Code::Unavailable,
+        E::NoNetworkConfig { .. }
+        | E::InvalidConfig { .. }
+        | E::PluginNotFound { .. }
+        | E::PluginExec { .. }
+        | E::Plugin { .. }
+        | E::PluginExit { .. }
+        | E::InvalidResult { .. } => Code::FailedPrecondition,
+        E::InvalidArgument(_) => Code::InvalidArgument,
+        E::Multiple(all) => all.first().map_or(Code::Internal, cni_code),
+        _ => Code::Internal,
     }
 }
 
@@ -297,6 +313,8 @@ mod tests {
             source: std::io::Error::other("boom"),
         };
         assert_eq!(code(own), Code::Internal);
+        let several = crius_cni::Error::Multiple(vec![failed(999), failed(11)]);
+        assert_eq!(code(several), Code::FailedPrecondition, "the first one's");
     }
 
     #[test]

@@ -903,3 +903,75 @@ async fn pod_cidr_fills_the_network_template() {
     assert!(network_ready(&env).await);
     env.assert_no_leaks().await;
 }
+
+/// A plugin whose DEL fails makes StopPodSandbox fail as the node's problem
+/// (FailedPrecondition, naming the plugin), not Internal; kubelet's next stop, once the plugin
+/// works, releases everything.
+#[tokio::test]
+async fn a_stop_whose_plugin_del_fails_is_failed_precondition_and_can_be_retried() {
+    let mut env = Env::new(118).await;
+    let del_ok = env.net_path("del-ok");
+    // ADD passes the bridge's result on (python3 reads it from the config); DEL fails until
+    // `del-ok` exists.
+    env.script_plugin(
+        "crius-e2e-del-fails",
+        &format!(
+            "case \"$CNI_COMMAND\" in\n\
+             ADD) exec python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[\"prevResult\"]))' ;;\n\
+             DEL) cat >/dev/null; [ -e {del_ok} ] && exit 0\n\
+             echo '{{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"crius-e2e del fails\"}}'; exit 1 ;;\n\
+             esac\ncat >/dev/null; exit 0",
+            del_ok = del_ok.display()
+        ),
+    );
+    let chain = env.bridge_conflist().replacen(
+        "\n  ]\n}",
+        ",\n    { \"type\": \"crius-e2e-del-fails\" }\n  ]\n}",
+        1,
+    );
+    env.write_cni_config(&chain);
+    let config = env.pod_config("del-fails", false);
+    // The config change is picked up asynchronously: wait for a pod the plugin ran for.
+    let pod = common::wait_for("a pod on the new chain", Duration::from_secs(10), || {
+        let mut rt = env.rt();
+        let config = config.clone();
+        async move {
+            let id = rt
+                .run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(config),
+                    runtime_handler: String::new(),
+                })
+                .await
+                .ok()?
+                .into_inner()
+                .pod_sandbox_id;
+            let stop = rt
+                .stop_pod_sandbox(StopPodSandboxRequest {
+                    pod_sandbox_id: id.clone(),
+                })
+                .await;
+            match stop {
+                Err(status) => Some((id, status)),
+                Ok(_) => {
+                    rt.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
+                        .await
+                        .unwrap();
+                    None
+                }
+            }
+        }
+    })
+    .await;
+    let (pod, failed) = pod;
+    env.pods.push(pod.clone());
+    assert_eq!(failed.code(), Code::FailedPrecondition, "{failed:?}");
+    assert!(
+        failed.message().contains("crius-e2e-del-fails (DEL)"),
+        "{failed:?}"
+    );
+    std::fs::write(&del_ok, "").unwrap();
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    env.write_cni_config(&env.bridge_conflist());
+    env.assert_no_leaks().await;
+}

@@ -123,10 +123,9 @@ impl Daemon {
             self.sandboxes.update(&self.store, &record.id, |r| {
                 r.network_error = Some(msg.clone())
             })?;
-            return Err(Error::internal(
-                format!("release the network of pod {}", record.id),
-                e,
-            ));
+            // A plugin's failure is the node's (FailedPrecondition and the like, see
+            // `Error::from`); crius's own steps stay Internal.
+            return Err(Error::from(e));
         }
         let paths = PodPaths::new(&self.config.state, &record.id);
         crius_cni::netns::remove(&paths.netns_dir.join(&record.id))?;

@@ -483,11 +483,7 @@ async fn network_left_by_a_failed_start_is_released_after_restart() {
             del_ok = del_ok.display()
         ),
     );
-    let flaky = env.bridge_conflist().replacen(
-        "\n  ]\n}",
-        ",\n    { \"type\": \"crius-e2e-flaky\" }\n  ]\n}",
-        1,
-    );
+    let flaky = env.bridge_conflist_with(r#"{ "type": "crius-e2e-flaky" }"#);
     env.write_cni_config(&flaky);
     let config = env.pod_config("leaky", false);
     let failed = wait_for(
@@ -550,11 +546,7 @@ async fn network_left_by_a_failed_start_is_released_by_a_retry() {
             dels = dels.display()
         ),
     );
-    let flaky = env.bridge_conflist().replacen(
-        "\n  ]\n}",
-        ",\n    { \"type\": \"crius-e2e-flaky\" }\n  ]\n}",
-        1,
-    );
+    let flaky = env.bridge_conflist_with(r#"{ "type": "crius-e2e-flaky" }"#);
     env.write_cni_config(&flaky);
     let config = env.pod_config("retried", false);
     let failed = env

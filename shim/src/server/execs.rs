@@ -357,7 +357,6 @@ impl Shim {
         }
     }
 
-    /// The exec whose process is `pid`, still running.
     /// Whether container `id`'s init has ended: the shim has seen its exit, or it is a zombie
     /// or gone though its exit has not been handled yet.
     fn init_ended(&self, id: &str) -> bool {
@@ -375,6 +374,7 @@ impl Shim {
         }
     }
 
+    /// The exec whose process is `pid`, still running.
     pub(super) fn exec_of(&self, pid: i32) -> Option<u64> {
         self.execs
             .iter()

@@ -665,6 +665,14 @@ impl Env {
         bridge_conflist(self.n, &self.net.join("ipam"))
     }
 
+    /// The test's bridge config with `plugin` (a plugin's JSON object) appended to its chain.
+    pub fn bridge_conflist_with(&self, plugin: &str) -> String {
+        let conflist = self.bridge_conflist();
+        let chained = conflist.replacen("\n  ]\n}", &format!(",\n    {plugin}\n  ]\n}}"), 1);
+        assert_ne!(chained, conflist, "the chain's end was not found");
+        chained
+    }
+
     /// Addresses host-local holds for this test's network.
     pub fn allocated_ips(&self) -> Vec<String> {
         let dir = self.net.join("ipam").join(format!("crius-e2e{}", self.n));

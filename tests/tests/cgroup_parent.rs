@@ -8,26 +8,18 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_status, Env};
+use common::{assert_status, cgroup_v2, Env, HostCgroup, CGROUP_ROOT};
 use crius_api::v1::*;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use tonic::Code;
-
-const ROOT: &str = "/sys/fs/cgroup";
-
-fn is_v2() -> bool {
-    Path::new(ROOT).join("cgroup.controllers").exists()
-}
 
 /// `file` of `cgroup` (a path from the hierarchy's root): in the unified tree, or in the v1
 /// hierarchy of `controller`.
 fn cgroup_file(cgroup: &str, controller: &str, v1: &str, v2: &str) -> String {
     let rel = cgroup.trim_start_matches('/');
-    let path = if is_v2() {
-        Path::new(ROOT).join(rel).join(v2)
+    let path = if cgroup_v2() {
+        Path::new(CGROUP_ROOT).join(rel).join(v2)
     } else {
-        Path::new(ROOT).join(controller).join(rel).join(v1)
+        Path::new(CGROUP_ROOT).join(controller).join(rel).join(v1)
     };
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
@@ -41,84 +33,6 @@ fn limits(cgroup: &str) -> (String, String) {
         cgroup_file(cgroup, "memory", "memory.limit_in_bytes", "memory.max"),
         cgroup_file(cgroup, "cpu", "cpu.cfs_quota_us", "cpu.max"),
     )
-}
-
-/// A cgroup the test makes in every hierarchy, as an admin's would be, and removes on drop
-/// with whatever is below it, so a failing assertion leaves nothing behind.
-struct HostCgroup {
-    name: String,
-    dirs: Vec<PathBuf>,
-}
-
-impl HostCgroup {
-    fn new(name: &str) -> HostCgroup {
-        let root = Path::new(ROOT);
-        let hierarchies: Vec<PathBuf> = if is_v2() {
-            vec![root.to_path_buf()]
-        } else {
-            std::fs::read_dir(root)
-                .unwrap()
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.join("cgroup.procs").exists() && !p.is_symlink())
-                .collect()
-        };
-        let cg = HostCgroup {
-            name: format!("/{name}"),
-            dirs: hierarchies.iter().map(|h| h.join(name)).collect(),
-        };
-        for (h, dir) in hierarchies.iter().zip(&cg.dirs) {
-            remove_tree(dir);
-            std::fs::create_dir(dir).unwrap();
-            // A new v1 cpuset cgroup has no CPUs or memory nodes: give it its parent's.
-            for f in ["cpuset.cpus", "cpuset.mems"] {
-                if let Ok(v) = std::fs::read_to_string(h.join(f)) {
-                    std::fs::write(dir.join(f), v.trim()).unwrap();
-                }
-            }
-        }
-        cg
-    }
-
-    /// Directories below the cgroup, in any hierarchy.
-    fn children(&self) -> Vec<PathBuf> {
-        self.dirs
-            .iter()
-            .flat_map(|d| std::fs::read_dir(d).unwrap().flatten())
-            .filter(|e| e.file_type().unwrap().is_dir())
-            .map(|e| e.path())
-            .collect()
-    }
-}
-
-/// Kills every process in a cgroup directory and those below it, then removes them.
-fn remove_tree(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_tree(&e.path());
-        }
-    }
-    for _ in 0..50 {
-        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-}
-
-impl Drop for HostCgroup {
-    fn drop(&mut self) {
-        for d in &self.dirs {
-            remove_tree(d);
-        }
-    }
 }
 
 #[tokio::test]
@@ -157,7 +71,7 @@ async fn pod_limits_go_below_a_foreign_cgroup_parent_never_into_it() {
         "pod cgroup {own} is not below {}",
         parent.name
     );
-    let want_cpu = if is_v2() { "50000 100000" } else { "50000" };
+    let want_cpu = if cgroup_v2() { "50000 100000" } else { "50000" };
     assert_eq!(
         limits(&own),
         ((64u64 << 20).to_string(), want_cpu.to_string()),

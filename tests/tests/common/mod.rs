@@ -9,7 +9,7 @@
 //! bridge or subnet (cni-glue's tests use 10.88.200 and up). Numbers in use: `pods.rs` 10–19,
 //! `containers.rs` 20–39, `restart.rs` 40–59, `security.rs` 60–79, others 80 and up
 //! (`grpc_clients.rs` 1–2, `userns_root.rs` 3–4, `image_volumes.rs` 5–6, `containers.rs` also
-//! 32–36, `userns.rs` 8, 88–89, `hostname.rs` 17 and 81, `stream_limits.rs` 93–94 and 98,
+//! 32–36, `userns.rs` 8, 88–89 and 119, `hostname.rs` 17 and 81, `stream_limits.rs` 93–94 and 98,
 //! `validation.rs` 95–96, `registry_credentials.rs` 53, `restart.rs` also 57 and 110–111, `pods.rs` also 18, `events.rs` 19, `metrics.rs` 7, `cgroup_parent.rs` 54–55,
 //! `working_dir.rs` 97, `checkpoint.rs` 75–79, 69 and 114–115, `kubelet.rs` 52, `images_pinned.rs` 59, `registry_credentials.rs` also 99, `crash_windows.rs` 49 and 56, `slow_shim.rs` 9, `crius_status.rs` 58, `runtime_handlers.rs` 90–92 and 68, `prometheus.rs` 37–38, `stream_tls.rs` 39 and 50, `images_archive.rs` 100–101, `images_containerd.rs` 102, `images_pulls.rs` 103, `checkpoint_pod.rs` 104–107, `nri.rs` 70–74, `crash_random.rs` 108, `grpc_clients.rs` also 109, `pods.rs` also 112–113 and 118, `validation.rs` also 117).
 //!
@@ -951,4 +951,92 @@ pub fn alive(pid: i32) -> bool {
         !s.rsplit_once(')')
             .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
     })
+}
+
+/// Where the cgroup hierarchies are mounted.
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Whether the node has the unified (v2) hierarchy only.
+pub fn cgroup_v2() -> bool {
+    Path::new(CGROUP_ROOT).join("cgroup.controllers").exists()
+}
+
+/// A cgroup the test makes in every hierarchy, as an admin's would be, and removes on drop
+/// with whatever is below it, so a failing assertion leaves nothing behind.
+pub struct HostCgroup {
+    /// The cgroup's path from each hierarchy's root, as `cgroup_parent` names it.
+    pub name: String,
+    /// Its directory in each hierarchy.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl HostCgroup {
+    pub fn new(name: &str) -> HostCgroup {
+        let root = Path::new(CGROUP_ROOT);
+        let hierarchies: Vec<PathBuf> = if cgroup_v2() {
+            vec![root.to_path_buf()]
+        } else {
+            std::fs::read_dir(root)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("cgroup.procs").exists() && !p.is_symlink())
+                .collect()
+        };
+        let cg = HostCgroup {
+            name: format!("/{name}"),
+            dirs: hierarchies.iter().map(|h| h.join(name)).collect(),
+        };
+        for (h, dir) in hierarchies.iter().zip(&cg.dirs) {
+            kill_and_remove_cgroup_tree(dir);
+            std::fs::create_dir(dir).unwrap();
+            // A new v1 cpuset cgroup has no CPUs or memory nodes: give it its parent's.
+            for f in ["cpuset.cpus", "cpuset.mems"] {
+                if let Ok(v) = std::fs::read_to_string(h.join(f)) {
+                    std::fs::write(dir.join(f), v.trim()).unwrap();
+                }
+            }
+        }
+        cg
+    }
+
+    /// Directories below the cgroup, in any hierarchy.
+    pub fn children(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .flat_map(|d| std::fs::read_dir(d).unwrap().flatten())
+            .filter(|e| e.file_type().unwrap().is_dir())
+            .map(|e| e.path())
+            .collect()
+    }
+}
+
+/// Kills every process in a cgroup directory and those below it, then removes them.
+pub fn kill_and_remove_cgroup_tree(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            kill_and_remove_cgroup_tree(&e.path());
+        }
+    }
+    for _ in 0..50 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+impl Drop for HostCgroup {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            kill_and_remove_cgroup_tree(d);
+        }
+    }
 }

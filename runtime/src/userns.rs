@@ -320,6 +320,39 @@ fn blocked(path: &Path, meta: &std::fs::Metadata, uid: u32, gid: u32, what: &str
     )
 }
 
+/// Waits until process `pid` runs `program` (it has exec'd it), has gone, or `limit` has
+/// passed; returns whether it runs `program`.
+///
+/// A user-namespaced pod's pause needs this before the pod is handed out. Until its exec the
+/// pause is not dumpable (libcontainer's init changed its credentials), and the kernel then
+/// refuses its `/proc/<pid>/ns/*` files to every process of the pod's user namespace that
+/// lacks `CAP_SYS_PTRACE` over the node: libcontainer opens the pause's pid, ipc and uts
+/// namespaces after it joined the pod's user namespace, so a container created in that window
+/// fails with EACCES. Starting the pause only lets it go on to its exec; on a busy node or a
+/// throttled pod cgroup the exec can come many milliseconds later.
+pub fn wait_until_running(pid: i32, program: &Path, limit: std::time::Duration) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(want) = std::fs::metadata(program).map(|m| (m.dev(), m.ino())) else {
+        return false;
+    };
+    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let start = std::time::Instant::now();
+    let mut nap = std::time::Duration::from_micros(20);
+    loop {
+        match std::fs::metadata(&exe) {
+            Ok(m) if (m.dev(), m.ino()) == want => return true,
+            Ok(_) => {}
+            // gone, or a zombie: nothing will join it
+            Err(_) => return false,
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Whether a process of `uid`/`gid` (see `bits_for`) reaches `dirs` and may search them, and
 /// reaches `exe` and may run it: what a user-namespaced pod's root does when its pause starts
 /// (the pod's files and bundles are under `state`, its containers' layers under `root`). The
@@ -528,6 +561,56 @@ mod tests {
     use oci_spec::runtime::LinuxIdMappingBuilder;
     use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn waits_for_the_exec_of_the_program_and_not_longer() {
+        use std::process::Command;
+        use std::time::{Duration, Instant};
+        let sleep = Path::new("/bin/sleep");
+        // sh first, sleep after its exec
+        let mut late = Command::new("sh")
+            .args(["-c", "sleep 0.3; exec sleep 5"])
+            .spawn()
+            .unwrap();
+        let begun = Instant::now();
+        assert!(wait_until_running(
+            late.id() as i32,
+            sleep,
+            Duration::from_secs(10)
+        ));
+        assert!(
+            begun.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            begun.elapsed()
+        );
+        late.kill().unwrap();
+        late.wait().unwrap();
+        // gone before it ran the program: no wait for the limit
+        let mut gone = Command::new("sh").args(["-c", "exit 0"]).spawn().unwrap();
+        gone.wait().unwrap();
+        let begun = Instant::now();
+        assert!(!wait_until_running(
+            gone.id() as i32,
+            sleep,
+            Duration::from_secs(10)
+        ));
+        assert!(begun.elapsed() < Duration::from_secs(1));
+        // never runs it: false at the limit
+        let mut never = Command::new("sh")
+            .args(["-c", "read x"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let begun = Instant::now();
+        assert!(!wait_until_running(
+            never.id() as i32,
+            sleep,
+            Duration::from_millis(200)
+        ));
+        assert!(begun.elapsed() >= Duration::from_millis(200));
+        never.kill().unwrap();
+        never.wait().unwrap();
+    }
 
     fn maps(host: u32) -> IdMaps {
         let m = LinuxIdMappingBuilder::default()

@@ -8,7 +8,7 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 
-use common::{assert_status, pod_sc, sc, Env};
+use common::{assert_status, cgroup_v2, pod_sc, sc, Env, HostCgroup};
 use crius_api::v1::*;
 use crius_tests::images::{self, TestImage};
 use crius_tests::TestDir;
@@ -491,4 +491,73 @@ impl Drop for RamfsDir {
     fn drop(&mut self) {
         let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
     }
+}
+
+/// A user-namespaced pod's RunPodSandbox answers once the pause runs crius-pause. Before its
+/// exec the pause is not dumpable, and the kernel then refuses its namespace files to every
+/// process of the pod's user namespace: a container created in between, whose init opens them
+/// after joining that namespace, failed with EACCES. Here the pause gets almost no CPU (its
+/// pod's cgroup parent has a tenth of one, and a busy loop takes most of that), so without the
+/// wait it is nearly always still before its exec when the answer comes.
+#[tokio::test]
+async fn a_user_namespaced_pod_answers_once_its_pause_runs_its_program() {
+    let mut env = Env::with_image(119).await;
+    let parent = HostCgroup::new("crius-test-slow-pause");
+    let cpu_dir = parent
+        .dirs
+        .iter()
+        .find(|d| d.join("cpu.cfs_quota_us").exists() || d.join("cpu.max").exists())
+        .expect("a cpu controller")
+        .clone();
+    if cgroup_v2() {
+        std::fs::write(cpu_dir.join("cpu.max"), "1000 10000").unwrap();
+    } else {
+        std::fs::write(cpu_dir.join("cpu.cfs_period_us"), "10000").unwrap();
+        std::fs::write(cpu_dir.join("cpu.cfs_quota_us"), "1000").unwrap();
+    }
+    // Killed with the cgroup when `parent` is dropped, even if an assertion fails first.
+    let hog = std::process::Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    std::fs::write(cpu_dir.join("cgroup.procs"), hog.id().to_string()).unwrap();
+
+    let pause_binary =
+        std::fs::metadata(env.crius.state().join("bin").join("crius-pause")).unwrap();
+    for i in 0..3 {
+        let mut config = env.pod_config(&format!("userns-slow-pause-{i}"), false);
+        config.linux.as_mut().unwrap().cgroup_parent = parent.name.clone();
+        namespace_options(&mut config).userns_options = Some(userns(HOST_BASE));
+        let pod = env.run_pod(config.clone()).await;
+        let info: serde_json::Value = serde_json::from_str(
+            env.rt()
+                .pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: pod.clone(),
+                    verbose: true,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .info
+                .get("info")
+                .unwrap(),
+        )
+        .unwrap();
+        let pause = info["pid"].as_i64().expect("pause pid in verbose info");
+        let exe = std::fs::metadata(format!("/proc/{pause}/exe")).unwrap();
+        assert_eq!(
+            (exe.dev(), exe.ino()),
+            (pause_binary.dev(), pause_binary.ino()),
+            "pod {i}: the pause has not run crius-pause yet"
+        );
+        let mut c = env.container_config("app", &["true"]);
+        container_userns(&mut c, userns(HOST_BASE));
+        let id = env.create(&pod, &config, c).await;
+        env.remove(&id).await;
+        env.stop_pod(&pod).await;
+        env.remove_pod(&pod).await;
+    }
+    drop(parent);
+    drop(hog);
+    env.assert_no_leaks().await;
 }

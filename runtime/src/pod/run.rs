@@ -371,11 +371,15 @@ impl Daemon {
     }
 }
 
+/// How long a user-namespaced pod's start waits for its pause to exec (a pause in a pod
+/// cgroup throttled to a sliver of a CPU may take long; one that never gets there is logged).
+const PAUSE_EXEC_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Daemon {
     /// The pod's shim, and the pause process in it, created in the pod's namespaces and
     /// cgroup (its resources applied before it runs) and started. Returns the pause's pid and
     /// how long each step took (`pause_shim`, `pause_spec`, `pause_create`, `pause_cgroup`,
-    /// `pause_start`).
+    /// `pause_start`, and for a user-namespaced pod `pause_exec`).
     async fn start_pause(
         self: &Arc<Self>,
         record: &SandboxRecord,
@@ -399,6 +403,7 @@ impl Daemon {
         let etc = |name: &str| paths.dir.join(name);
         let (hosts, resolv, hostname_file) = (etc("hosts"), etc("resolv.conf"), etc("hostname"));
         let runtime = self.handlers().get(&record.runtime_handler)?.oci_runtime();
+        let builtin = runtime.is_none();
         let mut spec = crate::spec::sandbox_spec(&crate::spec::SandboxSpecInput {
             sandbox_id: id,
             config,
@@ -412,7 +417,7 @@ impl Daemon {
             hostname_file: Some(&hostname_file),
             shm_dir: shm,
             userns_path: id_maps_root.is_some().then_some(paths.userns.as_path()),
-            builtin: runtime.is_none(),
+            builtin,
         })?;
         if runtime.is_some() {
             crate::spec::set_userns_mappings(&mut spec, config)?;
@@ -442,6 +447,25 @@ impl Daemon {
         phases.mark("pause_cgroup");
         let pid = shim.start(id).await?;
         phases.mark("pause_start");
+        if id_maps_root.is_some() && builtin {
+            // Containers join the pause's namespaces from inside the pod's user namespace,
+            // which they cannot do before its exec (`userns::wait_until_running`).
+            let program = self.pause_binary.clone();
+            let ran = tokio::task::spawn_blocking(move || {
+                crate::userns::wait_until_running(pid, &program, PAUSE_EXEC_LIMIT)
+            })
+            .await
+            .map_err(|e| Error::internal("wait for the pause", e))?;
+            if !ran {
+                tracing::warn!(
+                    pod = %id,
+                    pid,
+                    "the pause has not run crius-pause after {PAUSE_EXEC_LIMIT:?}: it ended or is \
+                     stalled, and containers of the pod cannot join it until it runs"
+                );
+            }
+            phases.mark("pause_exec");
+        }
         Ok((pid, phases))
     }
 }

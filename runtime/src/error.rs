@@ -233,8 +233,19 @@ pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 pub const MAX_STATUS_MESSAGE: usize = 4096;
 
 /// Maps an error to the status the client sees. The only place a status code is chosen.
+/// Control characters a request carried into the message (a NUL in a path, a newline in a
+/// name) are written as escapes, so the message stays one printable line.
 pub fn to_status(err: &Error) -> Status {
     let mut message = chain(err);
+    if message.chars().any(char::is_control) {
+        message = message
+            .chars()
+            .map(|c| match c {
+                c if c.is_control() => c.escape_default().to_string(),
+                c => c.to_string(),
+            })
+            .collect();
+    }
     if message.len() > MAX_STATUS_MESSAGE {
         let mut end = MAX_STATUS_MESSAGE;
         while !message.is_char_boundary(end) {
@@ -272,6 +283,12 @@ mod tests {
         assert_eq!(crate::util::excerpt("short"), "short");
         let cut = crate::util::excerpt(&huge);
         assert!(cut.len() < 100 && cut.ends_with("(2097152 bytes)"), "{cut}");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        let status = to_status(&Error::InvalidArgument("path /tmp/x\0y\nz: é".into()));
+        assert_eq!(status.message(), "path /tmp/x\\u{0}y\\nz: é");
     }
 
     #[test]

@@ -116,12 +116,13 @@ pub(crate) fn cri_devices(
 ) -> Result<(Vec<LinuxDevice>, Vec<LinuxDeviceCgroup>)> {
     let mut nodes = Vec::new();
     let mut rules = Vec::new();
-    for d in devices {
+    for (i, d) in devices.iter().enumerate() {
         let host = Path::new(&d.host_path);
+        let shown = || crate::util::excerpt(&d.host_path);
         if !host.is_absolute() {
             return Err(SpecError::invalid(format!(
-                "device host_path {} is not absolute",
-                d.host_path
+                "devices[{i}].host_path {} is not absolute",
+                shown()
             )));
         }
         let container = if d.container_path.is_empty() {
@@ -129,10 +130,19 @@ pub(crate) fn cri_devices(
         } else {
             super::mounts::clean_container_path(&d.container_path, "device container_path")?
         };
-        if !host.exists() {
+        let Ok(meta) = std::fs::metadata(host) else {
             return Err(SpecError::invalid(format!(
-                "device host_path {} does not exist",
-                d.host_path
+                "devices[{i}].host_path {} does not exist",
+                shown()
+            )));
+        };
+        // A directory brings the devices below it: a directory of the host's /dev (as
+        // `/dev/dri`), never a walk of the whole file system.
+        if meta.is_dir() && !std::fs::canonicalize(host).is_ok_and(|p| p.starts_with("/dev")) {
+            return Err(SpecError::invalid(format!(
+                "devices[{i}].host_path {} is a directory outside /dev: give a device, or a \
+                 directory of /dev",
+                shown()
             )));
         }
         let access = permissions(d)?;

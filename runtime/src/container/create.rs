@@ -485,11 +485,10 @@ impl Daemon {
         record.stop_signal = crate::spec::stop_signal(config, &image_config)?;
 
         // A bind mount of a missing host path gets a directory, as kubelet users expect.
-        for m in &config.mounts {
+        for (i, m) in config.mounts.iter().enumerate() {
             let host = Path::new(&m.host_path);
             if host.is_absolute() && !host.exists() {
-                std::fs::create_dir_all(host)
-                    .map_err(|e| Error::internal(format!("create {}", host.display()), e))?;
+                std::fs::create_dir_all(host).map_err(|e| missing_host_path(i, m, e))?;
             }
         }
         let pod_paths = crate::layout::PodPaths::new(&self.config.state, &pod.id);
@@ -704,4 +703,24 @@ fn handler_annotations(
     }
     spec.set_annotations(Some(notes));
     spec
+}
+
+/// Why the directory for a mount's missing host path could not be made: the path's fault
+/// (something there that cannot be followed, a file on the way, too long) is
+/// InvalidArgument; a node that refuses it (read-only, full, permissions) FailedPrecondition.
+fn missing_host_path(i: usize, m: &crius_api::v1::Mount, e: std::io::Error) -> Error {
+    let what = format!(
+        "mounts[{i}] ({}): host_path {} does not exist and cannot be made a directory",
+        excerpt(&m.container_path),
+        excerpt(&m.host_path)
+    );
+    match e.raw_os_error() {
+        Some(libc::EEXIST | libc::ENOTDIR | libc::ENAMETOOLONG | libc::ELOOP) => {
+            Error::InvalidArgument(format!("{what}: {e}"))
+        }
+        Some(libc::EROFS | libc::EACCES | libc::EPERM | libc::ENOSPC | libc::EDQUOT) => {
+            Error::FailedPrecondition(format!("{what}: {e}"))
+        }
+        _ => Error::internal(what, e),
+    }
 }

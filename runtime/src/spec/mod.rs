@@ -690,6 +690,10 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
         })
     };
 
+    if let Some(sc) = sc {
+        security::check_paths("masked_paths", &sc.masked_paths)?;
+        security::check_paths("readonly_paths", &sc.readonly_paths)?;
+    }
     let (masked, mut readonly_paths) = security::masked_and_readonly(
         sc.map_or(&[][..], |s| s.masked_paths.as_slice()),
         sc.map_or(&[][..], |s| s.readonly_paths.as_slice()),

@@ -31,6 +31,37 @@ pub const DEFAULT_READONLY_PATHS: [&str; 5] = [
     "/proc/sysrq-trigger",
 ];
 
+/// Each of a request's masked or read-only paths (`field` names the list) is an absolute,
+/// clean path below `/`: the runtime mounts over it in the container, and a relative or `..`
+/// path, a NUL, or the root itself failed deep inside it or left a container nothing could
+/// run in.
+pub(crate) fn check_paths(field: &str, paths: &[String]) -> Result<()> {
+    for (i, p) in paths.iter().enumerate() {
+        let path = Path::new(p);
+        let clean = path.is_absolute()
+            && !p.contains('\0')
+            && path
+                .components()
+                .skip(1)
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+            && path.components().count() > 1;
+        if !clean {
+            return Err(SpecError::invalid(format!(
+                "security_context.{field}[{i}] {:?} is not an absolute path below / without \
+                 `.` or `..`",
+                crate::util::excerpt(p)
+            )));
+        }
+        // The runtime's own start in the container reads /proc.
+        if field == "masked_paths" && path == Path::new("/proc") {
+            return Err(SpecError::invalid(format!(
+                "security_context.{field}[{i}] /proc: the container cannot start without it"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Masked and read-only paths of a container.
 ///
 /// Explicit CRI lists are used as given. proto3 cannot tell an unset list from an empty one, so

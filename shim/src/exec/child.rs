@@ -194,10 +194,22 @@ pub(super) fn child(
     envp.push(std::ptr::null());
     // SAFETY: NUL-terminated strings and NULL-terminated arrays that outlive the call.
     unsafe { libc::execve(p.executable.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    let e = io::Error::last_os_error();
+    let cause = match e.raw_os_error() {
+        Some(
+            libc::ENOENT
+            | libc::EACCES
+            | libc::ENOEXEC
+            | libc::ENOTDIR
+            | libc::EISDIR
+            | libc::ELOOP
+            | libc::ENAMETOOLONG,
+        ) => COMMAND_CANNOT_RUN,
+        _ => "",
+    };
     Err(format!(
-        "exec {}: {}",
+        "{cause}exec {}: {e}",
         OsStr::from_bytes(p.executable.as_bytes()).to_string_lossy(),
-        io::Error::last_os_error()
     ))
 }
 

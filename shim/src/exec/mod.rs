@@ -135,7 +135,7 @@ pub enum ExecError {
         #[source]
         source: io::Error,
     },
-    #[error("executable {0:?} not found in $PATH of the container")]
+    #[error("the command cannot run: executable {0:?} not found in $PATH of the container")]
     NotFound(String),
     #[error("{what}")]
     Sys {
@@ -149,6 +149,11 @@ pub enum ExecError {
 }
 
 pub type Result<T> = std::result::Result<T, ExecError>;
+
+/// Begins the part of an exec's error that says the command itself cannot run in the
+/// container (not found, not executable, not a format the kernel runs): the request's fault,
+/// which the shim reports as InvalidArgument.
+pub const COMMAND_CANNOT_RUN: &str = "the command cannot run: ";
 
 /// What the child needs, prepared before the fork.
 pub(super) struct Prepared {

@@ -303,6 +303,10 @@ impl Shim {
                 // The init ended while the helper was joining it (a pod being stopped): its
                 // namespaces were gone. The container is not running; the shim did not fail.
                 let error = match self.init_ended(&job.container) {
+                    _ if message.contains(crate::exec::COMMAND_CANNOT_RUN) => err(
+                        ErrorKind::InvalidArgument,
+                        format!("exec in container {}: {message}", job.container),
+                    ),
                     true => err(
                         ErrorKind::FailedPrecondition,
                         format!(

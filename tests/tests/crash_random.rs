@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::Env;
+use common::{Env, Rng};
 use crius_api::v1::image_service_client::ImageServiceClient;
 use crius_api::v1::runtime_service_client::RuntimeServiceClient;
 use crius_api::v1::*;
@@ -76,18 +76,6 @@ struct Schedule {
     /// when what the client was told must already be on disk.
     armed: std::sync::Mutex<Option<Step>>,
     fire: tokio::sync::Notify,
-}
-
-/// A tiny xorshift generator: the schedule needs no more.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 struct Worker {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_status, Env};
+use common::{assert_status, sc, Env};
 use crius_api::v1::*;
 use tonic::Code;
 
@@ -370,5 +370,164 @@ async fn creates_the_request_makes_fail_are_invalid_argument_and_undone() {
         .wait_exited(&id, std::time::Duration::from_secs(10))
         .await;
     assert_eq!(status.exit_code, 0, "{status:?}");
+    env.remove_all_and_check(&[&id], &pod).await;
+}
+
+/// Creates a fuzzer of container configs (`fuzz_creates.rs`) found answered with Internal from
+/// deep inside the runtime or the kernel: each is now refused at the door or, when only the
+/// runtime's failure shows it, named after that failure, as InvalidArgument; ExecSync of a
+/// command the container cannot run is InvalidArgument too; a control character of a request
+/// comes back escaped. Nothing of a refused create is left.
+#[tokio::test]
+async fn creates_that_failed_deep_in_the_runtime_are_named() {
+    let mut env = Env::with_image(122).await;
+    let pod_config = env.pod_config("deep-creates", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let host = tempfile::tempdir().unwrap();
+    let dir = host.path().to_str().unwrap().to_string();
+    let dangling = host.path().join("dangling");
+    std::os::unix::fs::symlink("/no/such/target/anywhere", &dangling).unwrap();
+    let dangling = dangling.to_str().unwrap().to_string();
+    let mount = |container_path: &str, host_path: &str, readonly: bool| Mount {
+        container_path: container_path.into(),
+        host_path: host_path.into(),
+        readonly,
+        ..Default::default()
+    };
+    type Edit = Box<dyn Fn(&mut ContainerConfig)>;
+    fn resources(c: &mut ContainerConfig) -> &mut LinuxContainerResources {
+        c.linux
+            .get_or_insert_with(Default::default)
+            .resources
+            .get_or_insert_with(Default::default)
+    }
+    let cases: Vec<(Edit, &[&str])> = vec![
+        (
+            Box::new(|c| resources(c).memory_swap_limit_in_bytes = 1 << 30),
+            &["memory_swap_limit_in_bytes 1073741824 needs memory_limit_in_bytes"],
+        ),
+        (
+            Box::new(|c| {
+                let r = resources(c);
+                r.memory_limit_in_bytes = 64 << 20;
+                r.memory_swap_limit_in_bytes = 32 << 20;
+            }),
+            &["is below memory_limit_in_bytes 67108864"],
+        ),
+        (
+            Box::new(|c| {
+                resources(c).hugepage_limits = vec![HugepageLimit {
+                    page_size: "bogus".into(),
+                    limit: 1 << 21,
+                }]
+            }),
+            &["hugepage_limits[0].page_size \"bogus\" is not a huge page size of this node"],
+        ),
+        (
+            Box::new(|c| {
+                c.devices = vec![Device {
+                    container_path: "/dev/all".into(),
+                    host_path: "/".into(),
+                    permissions: "r".into(),
+                }]
+            }),
+            &["devices[0].host_path / is a directory outside /dev"],
+        ),
+        (
+            Box::new({
+                let dangling = dangling.clone();
+                move |c| c.mounts = vec![mount("/data", &dangling, false)]
+            }),
+            &["mounts[0] (/data): host_path", "cannot be made a directory"],
+        ),
+        (
+            Box::new(|c| sc(c).masked_paths = vec!["/proc".into()]),
+            &["masked_paths[0] /proc: the container cannot start without it"],
+        ),
+        (
+            Box::new(|c| sc(c).readonly_paths = vec!["/proc/../etc".into()]),
+            &["readonly_paths[0] \"/proc/../etc\" is not an absolute path below /"],
+        ),
+        (
+            Box::new(|c| sc(c).masked_paths = vec!["/tmp/a\0b".into()]),
+            &["masked_paths[0] \"/tmp/a\\0b\""],
+        ),
+        (
+            Box::new(|c| sc(c).run_as_username = "a\0b".into()),
+            &["run_as_username a\\u{0}b not found"],
+        ),
+        (
+            Box::new(|c| c.command = vec!["/proc".into()]),
+            &["config.command: /proc is not an executable file in the container"],
+        ),
+        (
+            Box::new(|c| c.working_dir = "/dev/null".into()),
+            &["config.working_dir /dev/null is a device"],
+        ),
+        (
+            Box::new(|c| c.working_dir = "/etc/passwd".into()),
+            &["config.working_dir \"/etc/passwd\" cannot be made in the image"],
+        ),
+        (
+            Box::new(|c| c.working_dir = "/proc/1/root".into()),
+            &["config.working_dir /proc/1/root does not stay inside the container"],
+        ),
+        (
+            Box::new({
+                let dir = dir.clone();
+                move |c| c.mounts = vec![mount("/dev/null", &dir, false)]
+            }),
+            &["mount /dev/null: it is a device the runtime makes"],
+        ),
+        (
+            Box::new({
+                let dir = dir.clone();
+                move |c| c.mounts = vec![mount("/sys", &dir, true)]
+            }),
+            &["mount /sys is read-only, and /sys/fs/cgroup is mounted inside it"],
+        ),
+    ];
+    for (i, (edit, needles)) in cases.into_iter().enumerate() {
+        let mut config = env.container_config(&format!("deep-{i}"), &["sleep", "60"]);
+        edit(&mut config);
+        let got = env
+            .rt()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod_config.clone()),
+            })
+            .await;
+        assert_bounded(got, Code::InvalidArgument, needles);
+    }
+    let left = env.list_containers(ContainerFilter::default()).await;
+    assert!(left.is_empty(), "refused creates left {left:?}");
+
+    let id = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("execs", &["sleep", "60"]),
+        )
+        .await;
+    for (cmd, needle) in [
+        ("nosuchcmd", "executable \"nosuchcmd\" not found in $PATH"),
+        ("/etc/passwd", "exec /etc/passwd: Permission denied"),
+    ] {
+        let got = env
+            .rt()
+            .exec_sync(ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: vec![cmd.into()],
+                timeout: 10,
+            })
+            .await;
+        assert_bounded(
+            got,
+            Code::InvalidArgument,
+            &["the command cannot run", needle],
+        );
+    }
+    env.stop(&id, 0).await;
     env.remove_all_and_check(&[&id], &pod).await;
 }

@@ -573,7 +573,14 @@ impl Daemon {
         if let Some(log) = &record.log_path {
             if let Some(dir) = log.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| {
-                    Error::internal(format!("create log directory {}", dir.display()), e)
+                    dir_error(
+                        format!(
+                            "log directory {} (the pod's log_directory with log_path) cannot be \
+                             made",
+                            excerpt(&dir.to_string_lossy())
+                        ),
+                        e,
+                    )
                 })?;
             }
         }
@@ -705,15 +712,22 @@ fn handler_annotations(
     spec
 }
 
-/// Why the directory for a mount's missing host path could not be made: the path's fault
-/// (something there that cannot be followed, a file on the way, too long) is
-/// InvalidArgument; a node that refuses it (read-only, full, permissions) FailedPrecondition.
+/// Why the directory for a mount's missing host path could not be made (see [`dir_error`]).
 fn missing_host_path(i: usize, m: &crius_api::v1::Mount, e: std::io::Error) -> Error {
-    let what = format!(
-        "mounts[{i}] ({}): host_path {} does not exist and cannot be made a directory",
-        excerpt(&m.container_path),
-        excerpt(&m.host_path)
-    );
+    dir_error(
+        format!(
+            "mounts[{i}] ({}): host_path {} does not exist and cannot be made a directory",
+            excerpt(&m.container_path),
+            excerpt(&m.host_path)
+        ),
+        e,
+    )
+}
+
+/// A directory a request names that could not be made: the path's fault (something there
+/// that cannot be followed or is not a directory, a file on the way, too long) is
+/// InvalidArgument; a node that refuses it (read-only, full, permissions) FailedPrecondition.
+fn dir_error(what: String, e: std::io::Error) -> Error {
     match e.raw_os_error() {
         Some(libc::EEXIST | libc::ENOTDIR | libc::ENAMETOOLONG | libc::ELOOP) => {
             Error::InvalidArgument(format!("{what}: {e}"))

@@ -45,12 +45,29 @@ fn validate(config: &PodSandboxConfig) -> Result<()> {
             }
         }
     }
+    // A pod's namespaces are made with it: there is no container to join yet.
+    let (network, pid, ipc) = namespace_modes(config);
+    for (field, m) in [("network", network), ("pid", pid), ("ipc", ipc)] {
+        if m == NamespaceMode::Target {
+            return Err(Error::InvalidArgument(format!(
+                "namespace_options {field} TARGET is for a container joining another \
+                 container's namespace, not for a pod"
+            )));
+        }
+    }
     // Resolved against crius's own working directory otherwise.
     if !config.log_directory.is_empty()
         && (!config.log_directory.starts_with('/') || config.log_directory.contains('\0'))
     {
         return Err(Error::InvalidArgument(format!(
             "config.log_directory {:?} must be an absolute path",
+            excerpt(&config.log_directory)
+        )));
+    }
+    // Made when the first container logs; something else in its place fails every create.
+    if std::fs::metadata(&config.log_directory).is_ok_and(|m| !m.is_dir()) {
+        return Err(Error::InvalidArgument(format!(
+            "config.log_directory {:?} is not a directory",
             excerpt(&config.log_directory)
         )));
     }

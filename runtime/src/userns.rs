@@ -35,6 +35,11 @@ pub struct IdMaps {
     pub gids: Vec<LinuxIdMapping>,
 }
 
+fn in_maps(maps: &[LinuxIdMapping], id: u32) -> bool {
+    maps.iter()
+        .any(|m| id >= m.container_id() && u64::from(id - m.container_id()) < u64::from(m.size()))
+}
+
 /// The operation of a [`UsernsError`] when mount_setattr refused to idmap a mount.
 const IDMAP_OP: &str = "idmap the mount of";
 
@@ -90,6 +95,27 @@ fn map_text(maps: &[LinuxIdMapping]) -> String {
 }
 
 impl IdMaps {
+    /// Whether container uid `id` is mapped.
+    pub fn maps_uid(&self, id: u32) -> bool {
+        in_maps(&self.uids, id)
+    }
+
+    /// Whether container gid `id` is mapped.
+    pub fn maps_gid(&self, id: u32) -> bool {
+        in_maps(&self.gids, id)
+    }
+
+    /// The container ids `maps` covers, as `0-999, 2000-2099`.
+    pub fn ranges(maps: &[LinuxIdMapping]) -> String {
+        maps.iter()
+            .map(|m| {
+                let last = u64::from(m.container_id()) + u64::from(m.size()).saturating_sub(1);
+                format!("{}-{last}", m.container_id())
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The host uid and gid that the namespace's root (id 0) is, if root is mapped.
     pub fn host_root(&self) -> Option<(u32, u32)> {
         let find = |maps: &[LinuxIdMapping]| {
@@ -561,6 +587,31 @@ mod tests {
     use oci_spec::runtime::LinuxIdMappingBuilder;
     use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn mapped_ids_and_their_ranges() {
+        let m = |container: u32, size: u32| {
+            LinuxIdMappingBuilder::default()
+                .container_id(container)
+                .host_id(100_000 + container)
+                .size(size)
+                .build()
+                .unwrap()
+        };
+        let maps = IdMaps {
+            uids: vec![m(0, 1000), m(2000, 100)],
+            gids: vec![m(0, 1)],
+        };
+        assert!(maps.maps_uid(0) && maps.maps_uid(999) && maps.maps_uid(2099));
+        assert!(!maps.maps_uid(1000) && !maps.maps_uid(2100));
+        assert!(maps.maps_gid(0) && !maps.maps_gid(1));
+        assert_eq!(IdMaps::ranges(&maps.uids), "0-999, 2000-2099");
+        let wide = IdMaps {
+            uids: vec![m(0, u32::MAX)],
+            gids: vec![],
+        };
+        assert!(wide.maps_uid(u32::MAX - 1) && !wide.maps_uid(u32::MAX));
+    }
 
     #[test]
     fn waits_for_the_exec_of_the_program_and_not_longer() {

@@ -351,7 +351,47 @@ pub fn pod_id_maps(config: &PodSandboxConfig) -> Result<Option<crate::userns::Id
             "userns_options must map container uid and gid 0",
         ));
     }
+    // The pause runs as the pod's user: one the namespace lacks cannot be switched to.
+    if let Some(sc) = sandbox_security(config) {
+        let id = |v: &Option<crius_api::v1::Int64Value>| {
+            v.as_ref().and_then(|v| u32::try_from(v.value).ok())
+        };
+        let gids: Vec<u32> = id(&sc.run_as_group)
+            .into_iter()
+            .chain(
+                sc.supplemental_groups
+                    .iter()
+                    .filter_map(|g| u32::try_from(*g).ok()),
+            )
+            .collect();
+        check_mapped(&maps, "security_context", id(&sc.run_as_user), &gids)?;
+    }
     Ok(Some(maps))
+}
+
+/// `uid` and `gids` of a pod or container (`what` says which, for the message) are ids the
+/// pod's user namespace maps.
+fn check_mapped(
+    maps: &crate::userns::IdMaps,
+    what: &str,
+    uid: Option<u32>,
+    gids: &[u32],
+) -> Result<()> {
+    if let Some(uid) = uid.filter(|u| !maps.maps_uid(*u)) {
+        return Err(SpecError::invalid(format!(
+            "{what}: uid {uid} is not mapped in the pod's user namespace (userns_options uids \
+             map container ids {})",
+            crate::userns::IdMaps::ranges(&maps.uids)
+        )));
+    }
+    if let Some(gid) = gids.iter().find(|g| !maps.maps_gid(**g)) {
+        return Err(SpecError::invalid(format!(
+            "{what}: gid {gid} is not mapped in the pod's user namespace (userns_options gids \
+             map container ids {})",
+            crate::userns::IdMaps::ranges(&maps.gids)
+        )));
+    }
+    Ok(())
 }
 
 /// The pause container's spec.
@@ -674,6 +714,17 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
             }
         }
         user.set_additional_gids(Some(gids));
+    }
+    if let Some(maps) = &pod_userns {
+        let gids: Vec<u32> = std::iter::once(user.gid())
+            .chain(user.additional_gids().iter().flatten().copied())
+            .collect();
+        check_mapped(
+            maps,
+            "the container's user (run_as_user, run_as_group, the image's USER)",
+            Some(user.uid()),
+            &gids,
+        )?;
     }
     let capabilities = caps::container_caps(sc.and_then(|s| s.capabilities.as_ref()), privileged)?;
 

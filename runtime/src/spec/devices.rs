@@ -130,6 +130,13 @@ pub(crate) fn cri_devices(
         } else {
             super::mounts::clean_container_path(&d.container_path, "device container_path")?
         };
+        // The container's /dev is the runtime's own tmpfs; libcontainer makes nodes only there.
+        if !container.starts_with("/dev") || container == Path::new("/dev") {
+            return Err(SpecError::invalid(format!(
+                "devices[{i}].container_path {} is not in /dev",
+                crate::util::excerpt(&container.to_string_lossy())
+            )));
+        }
         let Ok(meta) = std::fs::metadata(host) else {
             return Err(SpecError::invalid(format!(
                 "devices[{i}].host_path {} does not exist",

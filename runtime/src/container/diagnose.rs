@@ -54,10 +54,12 @@ fn is_bind(m: &oci_spec::runtime::Mount) -> bool {
 }
 
 /// A mount onto a device node the runtime makes after the mounts (`/dev/null`, a CRI
-/// device): the node cannot be made where the mount is.
+/// device) or onto `/dev/pts`: the node cannot be made where the mount is, and a terminal
+/// needs the container's own pty file system.
 fn mount_over_a_device(spec: &Spec) -> Option<String> {
     let devices: Vec<PathBuf> = DEFAULT_DEVICES
         .iter()
+        .chain(&["/dev/pts"])
         .map(PathBuf::from)
         .chain(
             spec.linux()
@@ -72,11 +74,12 @@ fn mount_over_a_device(spec: &Spec) -> Option<String> {
         .mounts()
         .iter()
         .flatten()
+        .filter(|m| is_bind(m))
         .map(|m| m.destination())
         .find(|d| devices.iter().any(|dev| dev == *d))?;
     Some(format!(
-        "mount {}: it is a device the runtime makes in the container, which a mount cannot \
-         replace",
+        "mount {}: the runtime makes it in every container (a device node, or the pty file \
+         system), and a mount cannot replace it",
         dest.display()
     ))
 }
@@ -491,8 +494,9 @@ mod tests {
         let host = tempfile::tempdir().unwrap();
         let dir = host.path().to_str().unwrap();
         let s = spec(&["sh"], &[], &[("/dev/null", dir)]);
-        assert!(mount_over_a_device(&s)
-            .is_some_and(|m| m.starts_with("mount /dev/null: it is a device")));
+        assert!(mount_over_a_device(&s).is_some_and(
+            |m| m.starts_with("mount /dev/null: the runtime makes it in every container")
+        ));
         assert_eq!(
             mount_over_a_device(&spec(&["sh"], &[], &[("/data", dir)])),
             None

@@ -1,10 +1,10 @@
-//! Container configs made at random from a valid one, each with one to three fields set to
-//! values a confused or hostile client might send (paths with `..` or a NUL, numbers at the
-//! edges of their types, devices and mounts in odd places, unknown words). Every answer must
-//! be a refusal with the request's code, or a container that starts and runs an exec: never
-//! Internal or Unknown from deep inside the runtime or the kernel, never a message without
-//! bounds, and nothing left behind. The seeds are fixed, so a run is the same each time;
-//! `CRIUS_FUZZ_SEED=N` (with `CRIUS_FUZZ_ROUNDS`) runs another.
+//! Pod and container configs made at random from a valid one, each with one to three fields
+//! set to values a confused or hostile client might send (paths with `..` or a NUL, numbers at
+//! the edges of their types, devices and mounts in odd places, unknown words and modes). Every
+//! answer must be a refusal with the request's code, or a pod and container that start and
+//! run an exec: never Internal or Unknown from deep inside the runtime or the kernel, never a
+//! message without bounds, and nothing left behind. The seeds are fixed, so a run is the same
+//! each time; `CRIUS_FUZZ_SEED=N` (with `CRIUS_FUZZ_ROUNDS`) runs another.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -47,6 +47,74 @@ const PATHS: &[&str] = &[
      aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\
      aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
 ];
+
+/// Device host paths: nodes, directories of /dev and elsewhere, and paths that are not.
+const DEVICES: &[&str] = &[
+    "",
+    "relative",
+    "/",
+    "/dev",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/pts",
+    "/dev/../etc",
+    "/etc/hosts",
+    "/no/such/device",
+    "/dev/x\u{0}y",
+];
+
+/// What host paths and cgroup parents may name: paths inside the test's own directory and
+/// cgroup, and values refused before anything is made. A mount of a host directory can have
+/// the runtime make mount points and device nodes in it (a read-write bind at `/dev`), and a
+/// missing host path, log directory or cgroup parent is made: on the node's own `/etc` or
+/// cgroup root that would change the machine.
+struct Host {
+    paths: Vec<String>,
+    cgroups: Vec<String>,
+    _dir: crius_tests::TestDir,
+    _cgroup: common::HostCgroup,
+}
+
+impl Host {
+    /// `tag` keeps the cgroups of tests running side by side apart.
+    fn new(tag: &str) -> Host {
+        let dir = crius_tests::TestDir::new("fuzz-host").unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("dir/sub")).unwrap();
+        std::fs::write(d.join("file"), "x").unwrap();
+        std::os::unix::fs::symlink("/no/such/target", d.join("dangling")).unwrap();
+        std::os::unix::fs::symlink("loop", d.join("loop")).unwrap();
+        let at = |rel: &str| d.join(rel).to_str().unwrap().to_string();
+        let mut paths: Vec<String> = ["dir", "dir/sub", "file", "dangling", "loop", "missing/a"]
+            .into_iter()
+            .map(at)
+            .collect();
+        paths.extend(["", "relative", "..", "/dev/null"].map(String::from));
+        paths.push(format!("{}/dir/../file", d.display()));
+        paths.push(format!("{}/x\0y", d.display()));
+        paths.push(format!("{}/{}", d.display(), "l".repeat(300)));
+        let cgroup = common::HostCgroup::new(&format!("crius-fuzz-{tag}"));
+        let mut cgroups: Vec<String> = ["", "/x", "/a b", "/../.."]
+            .into_iter()
+            .map(|rel| format!("{}{rel}", cgroup.name))
+            .collect();
+        cgroups.extend(["..", "/../../..", "//", "a/../..", "x\u{0}"].map(String::from));
+        Host {
+            paths,
+            cgroups,
+            _dir: dir,
+            _cgroup: cgroup,
+        }
+    }
+
+    fn pick(&self, rng: &mut Rng) -> String {
+        self.paths[rng.below(self.paths.len() as u64) as usize].clone()
+    }
+
+    fn pick_cgroup(&self, rng: &mut Rng) -> String {
+        self.cgroups[rng.below(self.cgroups.len() as u64) as usize].clone()
+    }
+}
 
 const WORDS: &[&str] = &[
     "",
@@ -105,7 +173,7 @@ fn number(rng: &mut Rng) -> i64 {
 }
 
 /// Sets one field of `c` to an odd value; returns what it did.
-fn mutate(c: &mut ContainerConfig, rng: &mut Rng) -> String {
+fn mutate(c: &mut ContainerConfig, rng: &mut Rng, host: &Host) -> String {
     let linux = c.linux.get_or_insert_with(Default::default);
     let res = linux.resources.get_or_insert_with(Default::default);
     let sc = linux.security_context.get_or_insert_with(Default::default);
@@ -113,7 +181,7 @@ fn mutate(c: &mut ContainerConfig, rng: &mut Rng) -> String {
         0 => {
             let m = Mount {
                 container_path: rng.pick(PATHS).into(),
-                host_path: rng.pick(PATHS).into(),
+                host_path: host.pick(rng),
                 readonly: rng.below(2) == 1,
                 propagation: rng.below(5) as i32,
                 recursive_read_only: rng.below(4) == 0,
@@ -131,7 +199,7 @@ fn mutate(c: &mut ContainerConfig, rng: &mut Rng) -> String {
         1 => {
             let d = Device {
                 container_path: rng.pick(PATHS).into(),
-                host_path: rng.pick(PATHS).into(),
+                host_path: rng.pick(DEVICES).into(),
                 permissions: rng.pick(WORDS).into(),
             };
             let done = format!("{d:?}");
@@ -317,7 +385,173 @@ fn mutate(c: &mut ContainerConfig, rng: &mut Rng) -> String {
     }
 }
 
-/// Codes a create, start or exec may answer an odd request with.
+/// Sets one field of pod config `c` to an odd value; returns what it did.
+fn mutate_pod(c: &mut PodSandboxConfig, rng: &mut Rng, host: &Host) -> String {
+    let linux = c.linux.get_or_insert_with(Default::default);
+    let sc = linux.security_context.get_or_insert_with(Default::default);
+    match rng.below(20) {
+        0 => {
+            c.hostname = rng.pick(WORDS).into();
+            format!("hostname {:?}", c.hostname)
+        }
+        1 => {
+            c.log_directory = host.pick(rng);
+            format!("log_directory {:?}", c.log_directory)
+        }
+        2 => {
+            let dns = c.dns_config.get_or_insert_with(Default::default);
+            dns.servers.push(rng.pick(ADDRESSES).into());
+            dns.searches.push(rng.pick(WORDS).into());
+            dns.options.push(rng.pick(WORDS).into());
+            format!("dns {dns:?}")
+        }
+        3 => {
+            let p = PortMapping {
+                protocol: rng.below(4) as i32,
+                container_port: number(rng) as i32,
+                host_port: number(rng) as i32,
+                host_ip: rng.pick(ADDRESSES).into(),
+            };
+            let done = format!("{p:?}");
+            c.port_mappings.push(p);
+            done
+        }
+        4 => {
+            let (key, value) = (rng.pick(WORDS), rng.pick(WORDS));
+            c.labels.insert(key.into(), value.into());
+            format!("label {key:?}={value:?}")
+        }
+        5 => {
+            let (key, value) = (rng.pick(WORDS), rng.pick(WORDS));
+            c.annotations.insert(key.into(), value.into());
+            format!("annotation {key:?}={value:?}")
+        }
+        6 => {
+            linux.cgroup_parent = host.pick_cgroup(rng);
+            format!("cgroup_parent {:?}", linux.cgroup_parent)
+        }
+        7 => {
+            let (key, value) = (rng.pick(SYSCTLS), rng.pick(WORDS));
+            linux.sysctls.insert(key.into(), value.into());
+            format!("sysctl {key:?}={value:?}")
+        }
+        8 => {
+            let ns = sc.namespace_options.get_or_insert_with(Default::default);
+            ns.network = rng.below(5) as i32;
+            ns.pid = rng.below(5) as i32;
+            ns.ipc = rng.below(5) as i32;
+            ns.target_id = rng.pick(WORDS).into();
+            format!("namespaces {ns:?}")
+        }
+        9 => {
+            sc.run_as_user = Some(Int64Value { value: number(rng) });
+            format!("run_as_user {:?}", sc.run_as_user)
+        }
+        10 => {
+            sc.run_as_group = Some(Int64Value { value: number(rng) });
+            format!("run_as_group {:?}", sc.run_as_group)
+        }
+        11 => {
+            let g = number(rng);
+            sc.supplemental_groups.push(g);
+            format!("supplemental_group {g}")
+        }
+        12 => {
+            sc.privileged = rng.below(2) == 1;
+            sc.readonly_rootfs = rng.below(2) == 1;
+            format!(
+                "privileged {} readonly_rootfs {}",
+                sc.privileged, sc.readonly_rootfs
+            )
+        }
+        13 => {
+            sc.seccomp = Some(SecurityProfile {
+                profile_type: rng.below(4) as i32,
+                localhost_ref: rng.pick(PATHS).into(),
+            });
+            format!("seccomp {:?}", sc.seccomp)
+        }
+        14 => {
+            sc.selinux_options = Some(SeLinuxOption {
+                user: rng.pick(WORDS).into(),
+                role: rng.pick(WORDS).into(),
+                r#type: rng.pick(WORDS).into(),
+                level: rng.pick(WORDS).into(),
+            });
+            format!("selinux {:?}", sc.selinux_options)
+        }
+        15 => {
+            let ns = sc.namespace_options.get_or_insert_with(Default::default);
+            let m = IdMapping {
+                host_id: number(rng) as u32,
+                container_id: number(rng) as u32,
+                length: number(rng) as u32,
+            };
+            ns.userns_options = Some(UserNamespace {
+                mode: rng.below(4) as i32,
+                uids: vec![m],
+                gids: vec![m],
+            });
+            format!("userns {:?}", ns.userns_options)
+        }
+        16 => {
+            let r = linux.resources.get_or_insert_with(Default::default);
+            r.cpu_period = number(rng);
+            r.cpu_quota = number(rng);
+            r.memory_limit_in_bytes = number(rng);
+            format!("pod resources {r:?}")
+        }
+        17 => {
+            let r = linux.overhead.get_or_insert_with(Default::default);
+            r.cpu_shares = number(rng);
+            r.memory_limit_in_bytes = number(rng);
+            r.cpuset_cpus = rng.pick(WORDS).into();
+            format!("overhead {r:?}")
+        }
+        18 => {
+            let m = c.metadata.get_or_insert_with(Default::default);
+            m.name = rng.pick(WORDS).into();
+            m.namespace = rng.pick(WORDS).into();
+            m.uid = rng.pick(WORDS).into();
+            m.attempt = number(rng) as u32;
+            format!("metadata {m:?}")
+        }
+        _ => {
+            let r = linux.resources.get_or_insert_with(Default::default);
+            r.hugepage_limits.push(HugepageLimit {
+                page_size: rng.pick(WORDS).into(),
+                limit: number(rng) as u64,
+            });
+            r.unified
+                .insert(rng.pick(WORDS).into(), rng.pick(WORDS).into());
+            format!("pod resources {r:?}")
+        }
+    }
+}
+
+const ADDRESSES: &[&str] = &[
+    "",
+    "x",
+    "1.2.3.4",
+    "::1",
+    "256.1.1.1",
+    "0.0.0.0",
+    "127.0.0.1",
+];
+
+const SYSCTLS: &[&str] = &[
+    "",
+    "=",
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_forward",
+    "net.core.somaxconn",
+    "kernel.msgmax",
+    "vm.swappiness",
+    "kernel.domainname",
+    "net/ipv4/ping_group_range",
+];
+
+/// Codes a run, create, start or exec may answer an odd request with.
 fn acceptable(code: Code) -> bool {
     matches!(
         code,
@@ -325,90 +559,123 @@ fn acceptable(code: Code) -> bool {
     )
 }
 
-#[tokio::test]
-async fn odd_container_configs_are_refused_by_the_request_or_run() {
-    let mut env = Env::with_image(124).await;
-    let seeds: Vec<u64> = match std::env::var("CRIUS_FUZZ_SEED") {
+/// The seeds of a run and the rounds of each.
+fn schedule() -> (Vec<u64>, u64) {
+    let seeds = match std::env::var("CRIUS_FUZZ_SEED") {
         Ok(s) => vec![s.parse().expect("CRIUS_FUZZ_SEED is a number")],
         Err(_) => vec![7, 1234, 9001],
     };
-    let rounds: u64 = std::env::var("CRIUS_FUZZ_ROUNDS")
+    let rounds = std::env::var("CRIUS_FUZZ_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(150);
+    (seeds, rounds)
+}
+
+/// Creates `config` in `pod`; if it is created, starts it and runs `true` in it, then stops
+/// and removes it. Returns the last step taken and its answer; a failed removal is a problem.
+async fn try_container(
+    env: &Env,
+    pod: &str,
+    pod_config: &PodSandboxConfig,
+    config: ContainerConfig,
+    problems: &mut Vec<String>,
+) -> (&'static str, Result<(), tonic::Status>) {
+    let created = env
+        .rt()
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.into(),
+            config: Some(config),
+            sandbox_config: Some(pod_config.clone()),
+        })
+        .await;
+    let id = match created {
+        Err(status) => return ("create", Err(status)),
+        Ok(reply) => reply.into_inner().container_id,
+    };
+    let started = env
+        .rt()
+        .start_container(StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await;
+    let outcome = match started {
+        Err(status) => ("start", Err(status)),
+        Ok(_) => {
+            let exec = env
+                .rt()
+                .exec_sync(ExecSyncRequest {
+                    container_id: id.clone(),
+                    cmd: vec!["true".into()],
+                    timeout: 10,
+                })
+                .await;
+            ("exec", exec.map(|_| ()))
+        }
+    };
+    let _ = env
+        .rt()
+        .stop_container(StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 0,
+        })
+        .await;
+    if let Err(s) = env
+        .rt()
+        .remove_container(RemoveContainerRequest { container_id: id })
+        .await
+    {
+        problems.push(format!("remove container: {s:?}"));
+    }
+    outcome
+}
+
+/// Notes the answer; an answer with a code of crius's own failing, or an unbounded message,
+/// is a problem.
+fn judge(
+    step: &str,
+    result: Result<(), tonic::Status>,
+    edits: &[String],
+    answers: &mut BTreeMap<String, u32>,
+    problems: &mut Vec<String>,
+) {
+    let code = result.as_ref().err().map_or(Code::Ok, |s| s.code());
+    *answers.entry(format!("{step} {code:?}")).or_default() += 1;
+    if let Err(s) = result {
+        if !acceptable(s.code()) || s.message().len() > 2048 {
+            problems.push(format!(
+                "{step} {:?} {:?} after {edits:?}",
+                s.code(),
+                s.message()
+            ));
+        }
+    }
+}
+
+#[tokio::test]
+async fn odd_container_configs_are_refused_by_the_request_or_run() {
+    let mut env = Env::with_image(124).await;
+    let host = Host::new("containers");
+    let (seeds, rounds) = schedule();
     let pod_config = env.pod_config("fuzz", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let mut problems = Vec::new();
-    let mut answers: BTreeMap<String, u32> = BTreeMap::new();
+    let mut answers = BTreeMap::new();
     for seed in seeds {
         let mut rng = Rng(seed | 1);
         for round in 0..rounds {
             let mut config = env.container_config(&format!("c{seed}-{round}"), &["sleep", "60"]);
             let edits: Vec<String> = (0..1 + rng.below(3))
-                .map(|_| mutate(&mut config, &mut rng))
+                .map(|_| mutate(&mut config, &mut rng, &host))
                 .collect();
-            let created = env
-                .rt()
-                .create_container(CreateContainerRequest {
-                    pod_sandbox_id: pod.clone(),
-                    config: Some(config),
-                    sandbox_config: Some(pod_config.clone()),
-                })
-                .await;
-            let (step, result) = match created {
-                Err(status) => ("create", Err(status)),
-                Ok(reply) => {
-                    let id = reply.into_inner().container_id;
-                    let started = env
-                        .rt()
-                        .start_container(StartContainerRequest {
-                            container_id: id.clone(),
-                        })
-                        .await;
-                    let outcome = match started {
-                        Err(status) => ("start", Err(status)),
-                        Ok(_) => {
-                            let exec = env
-                                .rt()
-                                .exec_sync(ExecSyncRequest {
-                                    container_id: id.clone(),
-                                    cmd: vec!["true".into()],
-                                    timeout: 10,
-                                })
-                                .await;
-                            ("exec", exec.map(|_| ()))
-                        }
-                    };
-                    let _ = env
-                        .rt()
-                        .stop_container(StopContainerRequest {
-                            container_id: id.clone(),
-                            timeout: 0,
-                        })
-                        .await;
-                    if let Err(s) = env
-                        .rt()
-                        .remove_container(RemoveContainerRequest {
-                            container_id: id.clone(),
-                        })
-                        .await
-                    {
-                        problems.push(format!("seed {seed} round {round}: remove: {s:?}"));
-                    }
-                    outcome
-                }
-            };
-            let code = result.as_ref().err().map_or(Code::Ok, |s| s.code());
-            *answers.entry(format!("{step} {code:?}")).or_default() += 1;
-            if let Err(s) = result {
-                if !acceptable(s.code()) || s.message().len() > 2048 {
-                    problems.push(format!(
-                        "seed {seed} round {round}: {step} {:?} {:?} after {edits:?}",
-                        s.code(),
-                        s.message()
-                    ));
-                }
-            }
+            let mut found = Vec::new();
+            let (step, result) = try_container(&env, &pod, &pod_config, config, &mut found).await;
+            judge(step, result, &edits, &mut answers, &mut found);
+            problems.extend(
+                found
+                    .into_iter()
+                    .map(|p| format!("seed {seed} round {round}: {p}")),
+            );
         }
     }
     println!("answers: {answers:?}");
@@ -417,5 +684,68 @@ async fn odd_container_configs_are_refused_by_the_request_or_run() {
     assert!(left.is_empty(), "containers left: {left:?}");
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+#[tokio::test]
+async fn odd_pod_configs_are_refused_by_the_request_or_run() {
+    let env = Env::with_image(121).await;
+    let host = Host::new("pods");
+    let (seeds, rounds) = schedule();
+    let mut problems = Vec::new();
+    let mut answers = BTreeMap::new();
+    for seed in seeds {
+        let mut rng = Rng(seed | 1);
+        for round in 0..rounds {
+            let mut config = env.pod_config(&format!("p{seed}-{round}"), false);
+            let edits: Vec<String> = (0..1 + rng.below(3))
+                .map(|_| mutate_pod(&mut config, &mut rng, &host))
+                .collect();
+            let mut found = Vec::new();
+            let ran = env
+                .rt()
+                .run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(config.clone()),
+                    runtime_handler: String::new(),
+                })
+                .await;
+            let (step, result) = match ran {
+                Err(status) => ("run", Err(status)),
+                Ok(reply) => {
+                    let pod = reply.into_inner().pod_sandbox_id;
+                    let container = env.container_config("c", &["sleep", "60"]);
+                    let outcome = try_container(&env, &pod, &config, container, &mut found).await;
+                    let stopped = env
+                        .rt()
+                        .stop_pod_sandbox(StopPodSandboxRequest {
+                            pod_sandbox_id: pod.clone(),
+                        })
+                        .await;
+                    let removed = env
+                        .rt()
+                        .remove_pod_sandbox(RemovePodSandboxRequest {
+                            pod_sandbox_id: pod,
+                        })
+                        .await;
+                    for (what, r) in [("stop", stopped.err()), ("remove", removed.err())] {
+                        if let Some(s) = r {
+                            found.push(format!("{what} pod: {s:?}"));
+                        }
+                    }
+                    outcome
+                }
+            };
+            judge(step, result, &edits, &mut answers, &mut found);
+            problems.extend(
+                found
+                    .into_iter()
+                    .map(|p| format!("seed {seed} round {round}: {p}")),
+            );
+        }
+    }
+    println!("answers: {answers:?}");
+    assert!(problems.is_empty(), "{problems:#?}");
+    let left = env.list_pods(PodSandboxFilter::default()).await;
+    assert!(left.is_empty(), "pods left: {left:?}");
     env.assert_no_leaks().await;
 }

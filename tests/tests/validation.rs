@@ -373,7 +373,7 @@ async fn creates_the_request_makes_fail_are_invalid_argument_and_undone() {
     env.remove_all_and_check(&[&id], &pod).await;
 }
 
-/// Creates a fuzzer of container configs (`fuzz_creates.rs`) found answered with Internal from
+/// Creates a fuzzer of container configs (`fuzz_requests.rs`) found answered with Internal from
 /// deep inside the runtime or the kernel: each is now refused at the door or, when only the
 /// runtime's failure shows it, named after that failure, as InvalidArgument; ExecSync of a
 /// command the container cannot run is InvalidArgument too; a control character of a request
@@ -477,7 +477,7 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
                 let dir = dir.clone();
                 move |c| c.mounts = vec![mount("/dev/null", &dir, false)]
             }),
-            &["mount /dev/null: it is a device the runtime makes"],
+            &["mount /dev/null: the runtime makes it in every container"],
         ),
         (
             Box::new({
@@ -485,6 +485,38 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
                 move |c| c.mounts = vec![mount("/sys", &dir, true)]
             }),
             &["mount /sys is read-only, and /sys/fs/cgroup is mounted inside it"],
+        ),
+        (
+            Box::new({
+                let file = host.path().join("file");
+                std::fs::write(&file, "x").unwrap();
+                let file = file.to_str().unwrap().to_string();
+                move |c| {
+                    c.tty = true;
+                    c.mounts = vec![mount("/dev/pts", &file, false)];
+                }
+            }),
+            &["mount /dev/pts: the runtime makes it in every container"],
+        ),
+        (
+            Box::new(|c| {
+                c.devices = vec![Device {
+                    container_path: "/proc/self/x".into(),
+                    host_path: "/dev/zero".into(),
+                    permissions: "r".into(),
+                }]
+            }),
+            &["devices[0].container_path /proc/self/x is not in /dev"],
+        ),
+        (
+            Box::new(|c| {
+                c.devices = vec![Device {
+                    container_path: "/bin".into(),
+                    host_path: "/dev/zero".into(),
+                    permissions: "r".into(),
+                }]
+            }),
+            &["devices[0].container_path /bin is not in /dev"],
         ),
     ];
     for (i, (edit, needles)) in cases.into_iter().enumerate() {
@@ -529,5 +561,99 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
         );
     }
     env.stop(&id, 0).await;
-    env.remove_all_and_check(&[&id], &pod).await;
+    env.remove(&id).await;
+
+    // Pods: a TARGET namespace, a log directory that is a file, and in a user-namespaced pod
+    // a user the namespace does not map, for the pod and for a container.
+    let file = host.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let userns = |c: &mut PodSandboxConfig| {
+        let map = vec![IdMapping {
+            host_id: 400_000,
+            container_id: 0,
+            length: 65536,
+        }];
+        common::pod_sc(c)
+            .namespace_options
+            .get_or_insert_with(Default::default)
+            .userns_options = Some(UserNamespace {
+            mode: NamespaceMode::Pod as i32,
+            uids: map.clone(),
+            gids: map,
+        });
+    };
+    type PodEdit = Box<dyn Fn(&mut PodSandboxConfig)>;
+    let pod_cases: Vec<(PodEdit, &[&str])> = vec![
+        (
+            Box::new(|c| {
+                common::pod_sc(c)
+                    .namespace_options
+                    .get_or_insert_with(Default::default)
+                    .pid = NamespaceMode::Target as i32
+            }),
+            &["namespace_options pid TARGET is for a container"],
+        ),
+        (
+            Box::new({
+                let file = file.to_str().unwrap().to_string();
+                move |c| c.log_directory = file.clone()
+            }),
+            &["config.log_directory", "is not a directory"],
+        ),
+        (
+            Box::new(move |c| {
+                userns(c);
+                common::pod_sc(c).run_as_user = Some(Int64Value { value: 70_000 });
+            }),
+            &[
+                "uid 70000 is not mapped in the pod's user namespace",
+                "0-65535",
+            ],
+        ),
+    ];
+    for (i, (edit, needles)) in pod_cases.into_iter().enumerate() {
+        let mut config = env.pod_config(&format!("deep-pod-{i}"), false);
+        edit(&mut config);
+        let got = env
+            .rt()
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await;
+        assert_bounded(got, Code::InvalidArgument, needles);
+    }
+    let mut userns_config = env.pod_config("deep-userns", false);
+    userns(&mut userns_config);
+    let userns_pod = env.run_pod(userns_config.clone()).await;
+    let mut config = env.container_config("unmapped", &["sleep", "60"]);
+    sc(&mut config).run_as_user = Some(Int64Value { value: 70_000 });
+    sc(&mut config)
+        .namespace_options
+        .get_or_insert_with(Default::default)
+        .userns_options = common::pod_sc(&mut userns_config.clone())
+        .namespace_options
+        .clone()
+        .unwrap()
+        .userns_options;
+    let got = env
+        .rt()
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: userns_pod.clone(),
+            config: Some(config),
+            sandbox_config: Some(userns_config),
+        })
+        .await;
+    assert_bounded(
+        got,
+        Code::InvalidArgument,
+        &["the container's user", "uid 70000 is not mapped"],
+    );
+    env.stop_pod(&userns_pod).await;
+    env.remove_pod(&userns_pod).await;
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    let pods = env.list_pods(PodSandboxFilter::default()).await;
+    assert!(pods.is_empty(), "refused pods left {pods:?}");
+    env.assert_no_leaks().await;
 }

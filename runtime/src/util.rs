@@ -75,6 +75,33 @@ pub fn excerpt(value: &str) -> std::borrow::Cow<'_, str> {
     format!("{}… ({} bytes)", &value[..end], value.len()).into()
 }
 
+/// Reads the regular file at `path` (symlinks followed) of at most `limit` bytes. Anything
+/// else there (a FIFO, a device such as /dev/zero, a directory) or a larger file is an error
+/// of kind `InvalidData`, found without blocking on it or reading it whole: the path comes
+/// from a request or an image.
+pub fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(Error::new(ErrorKind::InvalidData, "not a regular file"));
+    }
+    let too_big = || Error::new(ErrorKind::InvalidData, format!("larger than {limit} bytes"));
+    if meta.len() > limit {
+        return Err(too_big());
+    }
+    let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(limit + 1).read_to_end(&mut data)?;
+    if data.len() as u64 > limit {
+        return Err(too_big());
+    }
+    Ok(data)
+}
+
 /// Now, in nanoseconds since the Unix epoch (the unit of every CRI timestamp).
 pub fn now_nanos() -> i64 {
     SystemTime::now()
@@ -354,6 +381,34 @@ impl std::fmt::Display for Phases {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn read_regular_reads_only_bounded_regular_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"0123456789").unwrap();
+        assert_eq!(read_regular(&file, 10).unwrap(), b"0123456789");
+        let kind = |p: &Path, limit: u64| read_regular(p, limit).unwrap_err().kind();
+        assert_eq!(kind(&file, 9), std::io::ErrorKind::InvalidData);
+        assert_eq!(kind(dir.path(), 100), std::io::ErrorKind::InvalidData);
+        assert_eq!(
+            kind(Path::new("/dev/zero"), 100),
+            std::io::ErrorKind::InvalidData
+        );
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(
+            kind(&fifo, 100),
+            std::io::ErrorKind::InvalidData,
+            "without blocking"
+        );
+        assert_eq!(
+            kind(&dir.path().join("none"), 100),
+            std::io::ErrorKind::NotFound
+        );
+    }
+
     use super::*;
 
     #[test]

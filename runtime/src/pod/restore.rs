@@ -32,14 +32,11 @@ fn read_pod_dump(dir: &Path, shown: &str) -> Result<PodDump> {
         Error::InvalidArgument(format!("checkpoint_path {:?}: {why}", excerpt(shown)))
     };
     let path = dir.join(POD_JSON);
-    let file = std::fs::File::open(&path).map_err(|e| {
+    let data = crate::util::read_regular(&path, MAX_POD_JSON).map_err(|e| {
         bad(format!(
             "no readable {POD_JSON} ({e}): not a pod checkpoint written by crius"
         ))
     })?;
-    let mut data = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_POD_JSON), &mut data)
-        .map_err(|e| bad(format!("read {POD_JSON}: {e}")))?;
     let dump: PodDump =
         serde_json::from_slice(&data).map_err(|e| bad(format!("{POD_JSON}: {e}")))?;
     if dump.version != FORMAT_VERSION {

@@ -64,10 +64,15 @@ fn join(root: &Path, parts: &[OsString]) -> PathBuf {
     out
 }
 
-/// Reads a file inside the rootfs; `Ok(None)` when it does not exist.
+/// Largest image file read (`/etc/passwd`, `/etc/group`).
+const MAX_IMAGE_FILE: u64 = 16 << 20;
+
+/// Reads a regular file of at most 16 MiB inside the rootfs; `Ok(None)` when it does not
+/// exist. The image's content is not trusted: a FIFO or a huge file there is an error of kind
+/// `InvalidData` ([`crate::util::read_regular`]).
 pub(crate) fn read_in_root(root: &Path, path: &str) -> io::Result<Option<String>> {
     let resolved = resolve_in_root(root, Path::new(path))?;
-    match std::fs::read(&resolved) {
+    match crate::util::read_regular(&resolved, MAX_IMAGE_FILE) {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(err) => Err(err),
@@ -172,6 +177,16 @@ mod tests {
             Some("inside")
         );
         assert_eq!(read_in_root(root, "/etc/escape").unwrap(), None);
+        // an image's FIFO is refused, not waited on
+        let fifo =
+            std::ffi::CString::new(root.join("etc/fifo").into_os_string().into_encoded_bytes())
+                .unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        assert_eq!(
+            read_in_root(root, "/etc/fifo").unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
     }
 
     #[test]

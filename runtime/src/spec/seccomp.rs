@@ -783,6 +783,9 @@ impl Filter {
     }
 }
 
+/// Largest `Localhost` profile read (Docker's default profile is about 25 KiB).
+const MAX_PROFILE: u64 = 4 << 20;
+
 /// Reads a `Localhost` profile. A missing, unreadable or invalid file is an error naming it.
 pub(crate) fn load_profile(path: &Path, bounding: &Capabilities) -> Result<LinuxSeccomp> {
     let bad = |reason: String| SpecError::SeccompProfile {
@@ -792,7 +795,8 @@ pub(crate) fn load_profile(path: &Path, bounding: &Capabilities) -> Result<Linux
     if !path.is_absolute() {
         return Err(bad("the path is not absolute".into()));
     }
-    let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+    let bytes = crate::util::read_regular(path, MAX_PROFILE)
+        .map_err(|e| bad(format!("cannot read: {e}")))?;
     let file: ProfileFile =
         serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a seccomp profile: {e}")))?;
 

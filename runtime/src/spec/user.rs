@@ -29,7 +29,7 @@ impl<'a> Databases<'a> {
     fn passwd(&mut self) -> Result<Option<&[PasswdEntry]>> {
         if self.passwd.is_none() {
             let text = read_in_root(self.rootfs, "/etc/passwd")
-                .map_err(|e| SpecError::io("read", self.rootfs.join("etc/passwd"), e))?;
+                .map_err(|e| image_file("/etc/passwd", self.rootfs, e))?;
             self.passwd = Some(text.map(|t| parse_passwd(&t)));
         }
         Ok(self.passwd.as_ref().and_then(|p| p.as_deref()))
@@ -38,11 +38,20 @@ impl<'a> Databases<'a> {
     fn group(&mut self) -> Result<Option<&[GroupEntry]>> {
         if self.group.is_none() {
             let text = read_in_root(self.rootfs, "/etc/group")
-                .map_err(|e| SpecError::io("read", self.rootfs.join("etc/group"), e))?;
+                .map_err(|e| image_file("/etc/group", self.rootfs, e))?;
             self.group = Some(text.map(|t| parse_group(&t)));
         }
         Ok(self.group.as_ref().and_then(|g| g.as_deref()))
     }
+}
+
+/// An image file that could not be read: the image's fault when it is no bounded regular
+/// file (it comes with the image the request names), crius's otherwise.
+fn image_file(name: &str, rootfs: &std::path::Path, e: std::io::Error) -> SpecError {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        return SpecError::invalid(format!("the image's {name} cannot be read as users: {e}"));
+    }
+    SpecError::io("read", rootfs.join(name.trim_start_matches('/')), e)
 }
 
 /// Where the user string came from, for error messages.

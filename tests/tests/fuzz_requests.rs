@@ -32,6 +32,7 @@ const PATHS: &[&str] = &[
     "/sys/kernel/security",
     "/dev",
     "/dev/null",
+    "/dev/zero",
     "/dev/shm",
     "/dev/pts",
     "/etc",

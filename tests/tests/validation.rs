@@ -500,6 +500,30 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
         ),
         (
             Box::new(|c| {
+                sc(c).seccomp = Some(SecurityProfile {
+                    profile_type: security_profile::ProfileType::Localhost as i32,
+                    localhost_ref: "/dev/zero".into(),
+                })
+            }),
+            &["seccomp profile /dev/zero: cannot read: not a regular file"],
+        ),
+        (
+            Box::new({
+                let fifo = host.path().join("profile-fifo");
+                let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+                assert!(made.unwrap().success());
+                let fifo = fifo.to_str().unwrap().to_string();
+                move |c| {
+                    sc(c).seccomp = Some(SecurityProfile {
+                        profile_type: security_profile::ProfileType::Localhost as i32,
+                        localhost_ref: fifo.clone(),
+                    })
+                }
+            }),
+            &["profile-fifo: cannot read: not a regular file"],
+        ),
+        (
+            Box::new(|c| {
                 c.devices = vec![Device {
                     container_path: "/proc/self/x".into(),
                     host_path: "/dev/zero".into(),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
+use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::signal::Signal;
 use libcontainer::syscall::syscall::SyscallType;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
@@ -50,6 +51,7 @@ pub fn create(
     }
     let console_path = stdio.console_dir.as_ref().map(|d| d.join(CONSOLE_SOCKET));
     let container = builder
+        .with_executor(Executor)
         .with_console_socket(console_path.as_deref())
         .as_init(bundle)
         .with_systemd(false)
@@ -65,6 +67,68 @@ pub fn create(
         None => None,
     };
     Ok((pid, master))
+}
+
+/// libcontainer's default executor with another check of the command before the start.
+/// libcontainer's own wants the execute bit for others (`mode & 0o001`), so an image's
+/// root-owned 0750 or 0700 entrypoint, which runc (and so containerd and CRI-O) runs, was
+/// refused. Here any execute bit will do, as it does for root under runc; for another user
+/// the kernel's `execve` decides, as under runc.
+#[derive(Clone)]
+struct Executor;
+
+impl libcontainer::workload::Executor for Executor {
+    fn exec(&self, spec: &Spec) -> Result<(), libcontainer::workload::ExecutorError> {
+        libcontainer::workload::default::get_executor().exec(spec)
+    }
+
+    fn validate(&self, spec: &Spec) -> Result<(), libcontainer::workload::ExecutorValidationError> {
+        use libcontainer::workload::ExecutorValidationError::ArgValidationError;
+        let Some(process) = spec.process() else {
+            return Err(ArgValidationError("the spec has no process".into()));
+        };
+        let Some(command) = process.args().as_ref().and_then(|a| a.first()) else {
+            return Ok(());
+        };
+        let path_var = process
+            .env()
+            .iter()
+            .flatten()
+            .find_map(|e| e.strip_prefix("PATH="));
+        let found = match (command.contains('/'), path_var) {
+            (true, _) => Some(PathBuf::from(command)).filter(|p| p.exists()),
+            (false, Some(dirs)) => dirs
+                .split(':')
+                .map(|d| Path::new(d).join(command))
+                .find(|p| p.exists()),
+            (false, None) => {
+                return Err(ArgValidationError(
+                    "PATH environment variable is not set".into(),
+                ))
+            }
+        };
+        let Some(path) = found else {
+            return Err(ArgValidationError(format!(
+                "executable '{command}' not found in $PATH"
+            )));
+        };
+        let runnable = std::fs::metadata(&path)
+            .map(|m| {
+                m.is_file()
+                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
+            .map_err(|e| {
+                ArgValidationError(format!(
+                    "failed to check permissions for executable '{command}' at path {path:?}: {e}"
+                ))
+            })?;
+        if !runnable {
+            return Err(ArgValidationError(format!(
+                "executable '{command}' at path {path:?} does not have correct permissions"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Let a created container's init exec the user process.

@@ -299,7 +299,8 @@ async fn sysctls_the_kernel_would_refuse() {
 /// A create the runtime fails because of the request is the request's error: a command the
 /// image lacks and a directory bound onto a file of the image are named as InvalidArgument (the
 /// runtime's own words follow), a mount onto `/` is refused at the door, and each create is
-/// undone. A command a mount provides is not the image's to lack.
+/// undone. A command a mount provides is not the image's to lack, and one with an execute bit
+/// for its owner only runs.
 #[tokio::test]
 async fn creates_the_request_makes_fail_are_invalid_argument_and_undone() {
     let mut env = Env::with_image(117).await;
@@ -359,18 +360,34 @@ async fn creates_the_request_makes_fail_are_invalid_argument_and_undone() {
     );
     let left = env.list_containers(ContainerFilter::default()).await;
     assert!(left.is_empty(), "undone creates left {left:?}");
-    // The script a mount provides runs.
-    let id = create("mounted", &["/scripts/run"], vec![("/scripts", dir)])
-        .await
-        .unwrap()
-        .into_inner()
-        .container_id;
-    env.start(&id).await;
-    let status = env
-        .wait_exited(&id, std::time::Duration::from_secs(10))
-        .await;
-    assert_eq!(status.exit_code, 0, "{status:?}");
-    env.remove_all_and_check(&[&id], &pod).await;
+    // The script a mount provides runs, and so does one only its owner may run (0700: runc
+    // runs it as root, and libcontainer's own check wanted the bit for others).
+    let owner_only = scripts.path().join("owner-only");
+    std::fs::write(&owner_only, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(
+        &owner_only,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    for (name, cmd) in [
+        ("mounted", "/scripts/run"),
+        ("owner-only", "/scripts/owner-only"),
+    ] {
+        let id = create(name, &[cmd], vec![("/scripts", dir)])
+            .await
+            .unwrap_or_else(|s| panic!("{name}: {s:?}"))
+            .into_inner()
+            .container_id;
+        env.start(&id).await;
+        let status = env
+            .wait_exited(&id, std::time::Duration::from_secs(10))
+            .await;
+        assert_eq!(status.exit_code, 0, "{name}: {status:?}");
+        ids.push(id);
+    }
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    env.remove_all_and_check(&ids, &pod).await;
 }
 
 /// Creates a fuzzer of container configs (`fuzz_requests.rs`) found answered with Internal from

@@ -151,6 +151,16 @@ fn check_location(location: &str) -> Result<PathBuf> {
     if path.is_dir() {
         return Err(bad("is a directory"));
     }
+    // The archive is renamed into place: whatever is there is replaced, a device node such
+    // as /dev/null included. Only an earlier archive (a regular file) may be.
+    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+        if !meta.is_file() {
+            return Err(bad(
+                "exists and is not a regular file (a device, a symbolic link, a socket), which \
+                 the archive would replace",
+            ));
+        }
+    }
     Ok(path)
 }
 
@@ -801,6 +811,16 @@ mod tests {
         assert!(check_location("/no/such/dir/x.tar").is_err());
         assert!(check_location("/tmp").is_err());
         assert!(check_location("/tmp/x.tar").is_ok());
+        // never renamed over a device node or a link
+        assert!(check_location("/dev/null")
+            .is_err_and(|e| e.to_string().contains("not a regular file")));
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("link.tar");
+        std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+        assert!(check_location(link.to_str().unwrap()).is_err());
+        let earlier = dir.path().join("earlier.tar");
+        std::fs::write(&earlier, b"x").unwrap();
+        assert!(check_location(earlier.to_str().unwrap()).is_ok());
         assert_eq!(check_timeout(0).ok(), Some(DEFAULT_TIMEOUT));
         assert_eq!(check_timeout(3).ok(), Some(Duration::from_secs(3)));
         assert_eq!(

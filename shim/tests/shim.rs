@@ -839,6 +839,19 @@ fn standby_helpers(shim_pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// The one helper a `prepare` starts: the shim answers the call first and starts it after,
+/// so it is waited for.
+fn one_standby_helper(shim_pid: i32) -> Vec<i32> {
+    assert!(
+        wait_for(Duration::from_secs(5), || !standby_helpers(shim_pid)
+            .is_empty()),
+        "no standby helper"
+    );
+    let waiting = standby_helpers(shim_pid);
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    waiting
+}
+
 #[test]
 fn a_prepared_helper_runs_the_next_create_and_an_unused_one_ends() {
     let pod = Pod::start("prepared");
@@ -847,8 +860,7 @@ fn a_prepared_helper_runs_the_next_create_and_an_unused_one_ends() {
     runtime().block_on(async {
         let client = pod.client().await;
         client.prepare().await.unwrap();
-        let waiting = standby_helpers(pod.shim_pid);
-        assert_eq!(waiting.len(), 1, "{waiting:?}");
+        let waiting = one_standby_helper(pod.shim_pid);
         // One waits at most: asking again while it waits starts none.
         for _ in 0..3 {
             client.prepare().await.unwrap();
@@ -882,8 +894,7 @@ fn a_prepared_helper_runs_the_next_create_and_an_unused_one_ends() {
         // prepared one still waits for the next create.
         pod.run(&client, &sleeper).await;
         client.prepare().await.unwrap();
-        let waiting = standby_helpers(pod.shim_pid);
-        assert_eq!(waiting.len(), 1, "{waiting:?}");
+        let waiting = one_standby_helper(pod.shim_pid);
         let out = client
             .exec_sync(ExecSync {
                 id: sleeper.id.clone(),
@@ -903,7 +914,7 @@ fn a_prepared_helper_runs_the_next_create_and_an_unused_one_ends() {
         }));
         // A shutdown ends a waiting one at once.
         client.prepare().await.unwrap();
-        assert_eq!(standby_helpers(pod.shim_pid).len(), 1);
+        one_standby_helper(pod.shim_pid);
         client.delete(&bundle.id, false).await.unwrap();
         client.delete(&sleeper.id, true).await.unwrap();
         client.shutdown().await.unwrap();

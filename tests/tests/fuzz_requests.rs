@@ -582,17 +582,9 @@ async fn try_container(
     config: ContainerConfig,
     problems: &mut Vec<String>,
 ) -> (&'static str, Result<(), tonic::Status>) {
-    let created = env
-        .rt()
-        .create_container(CreateContainerRequest {
-            pod_sandbox_id: pod.into(),
-            config: Some(config),
-            sandbox_config: Some(pod_config.clone()),
-        })
-        .await;
-    let id = match created {
+    let id = match env.try_create(pod, pod_config, config).await {
         Err(status) => return ("create", Err(status)),
-        Ok(reply) => reply.into_inner().container_id,
+        Ok(id) => id,
     };
     let started = env
         .rt()

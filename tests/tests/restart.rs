@@ -621,21 +621,7 @@ async fn pause_killed() {
             env.container_config("c", &["sleep", "1000"]),
         )
         .await;
-    let info: serde_json::Value = serde_json::from_str(
-        env.rt()
-            .pod_sandbox_status(PodSandboxStatusRequest {
-                pod_sandbox_id: pod.clone(),
-                verbose: true,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .info
-            .get("info")
-            .unwrap(),
-    )
-    .unwrap();
-    let pause = info["pid"].as_i64().expect("pause pid in verbose info") as i32;
+    let pause = env.pause_pid(&pod).await;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pause), nix::sys::signal::SIGKILL).unwrap();
     // PID 1 of the pod's PID namespace is gone: so is everything in it, and the pod is not
     // ready any more.

@@ -529,21 +529,7 @@ async fn a_user_namespaced_pod_answers_once_its_pause_runs_its_program() {
         config.linux.as_mut().unwrap().cgroup_parent = parent.name.clone();
         namespace_options(&mut config).userns_options = Some(userns(HOST_BASE));
         let pod = env.run_pod(config.clone()).await;
-        let info: serde_json::Value = serde_json::from_str(
-            env.rt()
-                .pod_sandbox_status(PodSandboxStatusRequest {
-                    pod_sandbox_id: pod.clone(),
-                    verbose: true,
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .info
-                .get("info")
-                .unwrap(),
-        )
-        .unwrap();
-        let pause = info["pid"].as_i64().expect("pause pid in verbose info");
+        let pause = env.pause_pid(&pod).await;
         let exe = std::fs::metadata(format!("/proc/{pause}/exe")).unwrap();
         assert_eq!(
             (exe.dev(), exe.ino()),

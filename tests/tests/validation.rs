@@ -412,6 +412,15 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
         ..Default::default()
     };
     type Edit = Box<dyn Fn(&mut ContainerConfig)>;
+    let device = |container_path: &'static str, host_path: &'static str| -> Edit {
+        Box::new(move |c| {
+            c.devices = vec![Device {
+                container_path: container_path.into(),
+                host_path: host_path.into(),
+                permissions: "r".into(),
+            }]
+        })
+    };
     fn resources(c: &mut ContainerConfig) -> &mut LinuxContainerResources {
         c.linux
             .get_or_insert_with(Default::default)
@@ -441,13 +450,7 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
             &["hugepage_limits[0].page_size \"bogus\" is not a huge page size of this node"],
         ),
         (
-            Box::new(|c| {
-                c.devices = vec![Device {
-                    container_path: "/dev/all".into(),
-                    host_path: "/".into(),
-                    permissions: "r".into(),
-                }]
-            }),
+            device("/dev/all", "/"),
             &["devices[0].host_path / is a directory outside /dev"],
         ),
         (
@@ -540,37 +543,18 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
             &["profile-fifo: cannot read: not a regular file"],
         ),
         (
-            Box::new(|c| {
-                c.devices = vec![Device {
-                    container_path: "/proc/self/x".into(),
-                    host_path: "/dev/zero".into(),
-                    permissions: "r".into(),
-                }]
-            }),
+            device("/proc/self/x", "/dev/zero"),
             &["devices[0].container_path /proc/self/x is not in /dev"],
         ),
         (
-            Box::new(|c| {
-                c.devices = vec![Device {
-                    container_path: "/bin".into(),
-                    host_path: "/dev/zero".into(),
-                    permissions: "r".into(),
-                }]
-            }),
+            device("/bin", "/dev/zero"),
             &["devices[0].container_path /bin is not in /dev"],
         ),
     ];
     for (i, (edit, needles)) in cases.into_iter().enumerate() {
         let mut config = env.container_config(&format!("deep-{i}"), &["sleep", "60"]);
         edit(&mut config);
-        let got = env
-            .rt()
-            .create_container(CreateContainerRequest {
-                pod_sandbox_id: pod.clone(),
-                config: Some(config),
-                sandbox_config: Some(pod_config.clone()),
-            })
-            .await;
+        let got = env.try_create(&pod, &pod_config, config).await;
         assert_bounded(got, Code::InvalidArgument, needles);
     }
     let left = env.list_containers(ContainerFilter::default()).await;
@@ -677,14 +661,7 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
         .clone()
         .unwrap()
         .userns_options;
-    let got = env
-        .rt()
-        .create_container(CreateContainerRequest {
-            pod_sandbox_id: userns_pod.clone(),
-            config: Some(config),
-            sandbox_config: Some(userns_config),
-        })
-        .await;
+    let got = env.try_create(&userns_pod, &userns_config, config).await;
     assert_bounded(
         got,
         Code::InvalidArgument,

@@ -335,6 +335,18 @@ impl Env {
         pod_config: &PodSandboxConfig,
         config: ContainerConfig,
     ) -> String {
+        self.try_create(pod, pod_config, config)
+            .await
+            .unwrap_or_else(|s| panic!("CreateContainer: {s:?}"))
+    }
+
+    /// `CreateContainer` in `pod`, its answer as it is: the new id or the status.
+    pub async fn try_create(
+        &self,
+        pod: &str,
+        pod_config: &PodSandboxConfig,
+        config: ContainerConfig,
+    ) -> Result<String, tonic::Status> {
         self.rt()
             .create_container(CreateContainerRequest {
                 pod_sandbox_id: pod.into(),
@@ -342,9 +354,23 @@ impl Env {
                 sandbox_config: Some(pod_config.clone()),
             })
             .await
-            .unwrap_or_else(|s| panic!("CreateContainer: {s:?}"))
-            .into_inner()
-            .container_id
+            .map(|r| r.into_inner().container_id)
+    }
+
+    /// The pid of the pod's pause process, from its verbose status.
+    pub async fn pause_pid(&self, pod: &str) -> i32 {
+        let status = self
+            .rt()
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: pod.into(),
+                verbose: true,
+            })
+            .await
+            .unwrap_or_else(|s| panic!("PodSandboxStatus {pod}: {s:?}"))
+            .into_inner();
+        let info: serde_json::Value =
+            serde_json::from_str(status.info.get("info").expect("verbose info")).unwrap();
+        info["pid"].as_i64().expect("pause pid in verbose info") as i32
     }
 
     /// `CreateContainer` + `StartContainer`.

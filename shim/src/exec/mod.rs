@@ -427,6 +427,10 @@ mod tests {
             find_executable("missing", &path_var),
             Err(ExecError::NotFound(_))
         ));
+        // the shim tells the request's fault by this mark
+        assert!(ExecError::NotFound("missing".into())
+            .to_string()
+            .starts_with(COMMAND_CANNOT_RUN));
     }
 
     #[test]

@@ -742,3 +742,192 @@ async fn odd_pod_configs_are_refused_by_the_request_or_run() {
     assert!(left.is_empty(), "pods left: {left:?}");
     env.assert_no_leaks().await;
 }
+
+/// Calls on a running pod and container with odd arguments: ids that are whole, a prefix,
+/// the other kind's or words; resources, commands, ports, checkpoint locations and list
+/// filters at the edges. Each answer is a refusal with the request's code or an answer; the
+/// container keeps running through them all, and nothing is left afterwards.
+#[tokio::test]
+async fn odd_calls_on_a_running_container_are_refused_by_the_request_or_answered() {
+    let mut env = Env::with_image(123).await;
+    let host = Host::new("calls");
+    let (seeds, rounds) = schedule();
+    let pod_config = env.pod_config("calls", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let ctr = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("c", &["sleep", "600"]),
+        )
+        .await;
+    let mut problems = Vec::new();
+    let mut answers = BTreeMap::new();
+    for seed in seeds {
+        let mut rng = Rng(seed | 1);
+        for round in 0..rounds {
+            let id = match rng.below(4) {
+                0 => ctr.clone(),
+                1 => pod.clone(),
+                2 => ctr[..rng.below(12) as usize].to_string(),
+                _ => rng.pick(WORDS).to_string(),
+            };
+            let flag = |rng: &mut Rng| rng.below(2) == 1;
+            let (step, result) = match rng.below(12) {
+                0 => {
+                    let resources = LinuxContainerResources {
+                        cpu_period: number(&mut rng),
+                        cpu_quota: number(&mut rng),
+                        cpu_shares: number(&mut rng),
+                        memory_limit_in_bytes: number(&mut rng),
+                        memory_swap_limit_in_bytes: number(&mut rng),
+                        oom_score_adj: number(&mut rng),
+                        cpuset_cpus: rng.pick(WORDS).into(),
+                        unified: [(rng.pick(WORDS).to_string(), rng.pick(WORDS).to_string())]
+                            .into(),
+                        ..Default::default()
+                    };
+                    let req = UpdateContainerResourcesRequest {
+                        container_id: id,
+                        linux: Some(resources),
+                        ..Default::default()
+                    };
+                    let got = env.rt().update_container_resources(req).await;
+                    ("update", got.map(|_| ()))
+                }
+                1 => {
+                    let req = ReopenContainerLogRequest { container_id: id };
+                    let got = env.rt().reopen_container_log(req).await;
+                    ("reopen log", got.map(|_| ()))
+                }
+                2 => {
+                    let cmd = (0..rng.below(3))
+                        .map(|_| {
+                            let words = if flag(&mut rng) { WORDS } else { PATHS };
+                            rng.pick(words).into()
+                        })
+                        .collect();
+                    let req = ExecSyncRequest {
+                        container_id: id,
+                        cmd,
+                        timeout: rng.below(3) as i64,
+                    };
+                    ("exec sync", env.rt().exec_sync(req).await.map(|_| ()))
+                }
+                3 => {
+                    let req = ExecRequest {
+                        container_id: id,
+                        cmd: vec![rng.pick(WORDS).into()],
+                        tty: flag(&mut rng),
+                        stdin: flag(&mut rng),
+                        stdout: flag(&mut rng),
+                        stderr: flag(&mut rng),
+                    };
+                    ("exec", env.rt().exec(req).await.map(|_| ()))
+                }
+                4 => {
+                    let req = AttachRequest {
+                        container_id: id,
+                        tty: flag(&mut rng),
+                        stdin: flag(&mut rng),
+                        stdout: flag(&mut rng),
+                        stderr: flag(&mut rng),
+                    };
+                    ("attach", env.rt().attach(req).await.map(|_| ()))
+                }
+                5 => {
+                    let req = PortForwardRequest {
+                        pod_sandbox_id: id,
+                        port: vec![number(&mut rng) as i32],
+                    };
+                    ("port forward", env.rt().port_forward(req).await.map(|_| ()))
+                }
+                6 => {
+                    let req = ContainerStatusRequest {
+                        container_id: id,
+                        verbose: flag(&mut rng),
+                    };
+                    let got = env.rt().container_status(req).await;
+                    ("container status", got.map(|_| ()))
+                }
+                7 => {
+                    let req = PodSandboxStatusRequest {
+                        pod_sandbox_id: id,
+                        verbose: flag(&mut rng),
+                    };
+                    (
+                        "pod status",
+                        env.rt().pod_sandbox_status(req).await.map(|_| ()),
+                    )
+                }
+                8 => {
+                    let req = ContainerStatsRequest { container_id: id };
+                    (
+                        "container stats",
+                        env.rt().container_stats(req).await.map(|_| ()),
+                    )
+                }
+                9 => {
+                    let req = PodSandboxStatsRequest { pod_sandbox_id: id };
+                    (
+                        "pod stats",
+                        env.rt().pod_sandbox_stats(req).await.map(|_| ()),
+                    )
+                }
+                10 => {
+                    let location = match rng.below(2) {
+                        0 => format!("{}/cp{seed}-{round}.tar", host.pick(&mut rng)),
+                        _ => host.pick(&mut rng),
+                    };
+                    let req = CheckpointContainerRequest {
+                        container_id: id,
+                        location,
+                        timeout: rng.below(40) as i64 - 5,
+                    };
+                    let got = env.rt().checkpoint_container(req).await;
+                    ("checkpoint", got.map(|_| ()))
+                }
+                _ => {
+                    let filter = ContainerFilter {
+                        id: id.clone(),
+                        state: Some(ContainerStateValue {
+                            state: number(&mut rng) as i32,
+                        }),
+                        pod_sandbox_id: id,
+                        label_selector: [(
+                            rng.pick(WORDS).to_string(),
+                            rng.pick(WORDS).to_string(),
+                        )]
+                        .into(),
+                    };
+                    let req = ListContainersRequest {
+                        filter: Some(filter),
+                    };
+                    ("list", env.rt().list_containers(req).await.map(|_| ()))
+                }
+            };
+            let mut found = Vec::new();
+            let result = result.or_else(|s| match (step, s.code()) {
+                // the call's own limit, or a call crius does not serve
+                ("exec sync", Code::DeadlineExceeded) | (_, Code::Unimplemented) => Ok(()),
+                _ => Err(s),
+            });
+            judge(step, result, &[], &mut answers, &mut found);
+            problems.extend(
+                found
+                    .into_iter()
+                    .map(|p| format!("seed {seed} round {round}: {p}")),
+            );
+        }
+    }
+    println!("answers: {answers:?}");
+    assert!(problems.is_empty(), "{problems:#?}");
+    let status = env.status(&ctr).await;
+    assert_eq!(
+        status.state,
+        ContainerState::ContainerRunning as i32,
+        "{status:?}"
+    );
+    env.stop(&ctr, 0).await;
+    env.remove_all_and_check(&[&ctr], &pod).await;
+}

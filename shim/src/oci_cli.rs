@@ -126,7 +126,14 @@ impl<'a> Run<'a> {
             cmd.env("PATH", path);
         }
         let [stdin, stdout, stderr] = stdio;
-        cmd.stdin(stdin.map_or_else(Stdio::null, Stdio::from))
+        // Not /dev/null: crun 1.8 (Debian 12's) hands a user-namespaced container its stdio
+        // chowned to the container's root, and fchown on /dev/null changes the node's
+        // /dev/null. A pipe already at its end reads the same.
+        let stdin = match stdin {
+            Some(fd) => Stdio::from(fd),
+            None => Stdio::from(empty_pipe().map_err(|e| chain("stdin pipe", &e))?),
+        };
+        cmd.stdin(stdin)
             .stdout(stdout.map_or_else(Stdio::null, Stdio::from))
             .stderr(stderr.map_or_else(Stdio::null, Stdio::from));
         let name = self.rt.binary.display();
@@ -443,6 +450,13 @@ pub fn wants_terminal(process: &Path) -> Result<bool, String> {
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| chain("parse process", &e))?;
     Ok(v.get("terminal").and_then(|t| t.as_bool()).unwrap_or(false))
+}
+
+/// The read end of a pipe whose write end is closed: reads end at once, as from /dev/null.
+fn empty_pipe() -> std::io::Result<OwnedFd> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    drop(write);
+    Ok(read)
 }
 
 #[cfg(test)]

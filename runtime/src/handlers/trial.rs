@@ -160,11 +160,15 @@ impl<'a> Trials<'a> {
             .arg("--root")
             .arg(self.dir.join("state"))
             .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            // Not /dev/null: crun 1.8 chowns the stdio of a user-namespaced container to its
+            // root, and fchown on /dev/null would change the node's /dev/null.
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("run {binary}: {e}"))?;
+        // its end at once, as /dev/null's
+        drop(child.stdin.take());
         let status = super::wait_bounded(&mut child, COMMAND_LIMIT)
             .map_err(|e| format!("wait for {binary}: {e}"))?
             .ok_or_else(|| format!("{binary} did not answer within {COMMAND_LIMIT:?}"))?;

@@ -547,3 +547,36 @@ async fn a_user_namespaced_pod_answers_once_its_pause_runs_its_program() {
     drop(hog);
     env.assert_no_leaks().await;
 }
+
+/// A user-namespaced pod under the crun handler, with an exec: crun 1.8 chowns the stdio it
+/// gives such a container to the container's root, so crius hands it pipes, never the node's
+/// /dev/null, whose owner stays root (crius's start-up trial of crun is checked the same way).
+#[tokio::test]
+async fn crun_leaves_the_nodes_dev_null_alone() {
+    let mut env = Env::with_image(120).await;
+    common::assert_dev_null_is_roots();
+    let status = env
+        .rt()
+        .status(StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    let crun_userns = status
+        .runtime_handlers
+        .iter()
+        .any(|h| h.name == "crun" && h.features.is_some_and(|f| f.user_namespaces));
+    if !crun_userns {
+        eprintln!("skipped the pod part: no crun handler with user namespaces here");
+        return;
+    }
+    let mut config = env.pod_config("crun-userns", false);
+    namespace_options(&mut config).userns_options = Some(userns(HOST_BASE));
+    let pod = env.run_pod_with_handler(config.clone(), "crun").await;
+    let mut c = env.container_config("app", &["sleep", "60"]);
+    container_userns(&mut c, userns(HOST_BASE));
+    let id = env.create_start(&pod, &config, c).await;
+    assert_eq!(sh(&env, &id, "id -u").await, "0");
+    common::assert_dev_null_is_roots();
+    env.stop(&id, 0).await;
+    env.remove_all_and_check(&[&id], &pod).await;
+}

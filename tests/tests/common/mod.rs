@@ -9,7 +9,7 @@
 //! bridge or subnet (cni-glue's tests use 10.88.200 and up). Numbers in use: `pods.rs` 10–19,
 //! `containers.rs` 20–39, `restart.rs` 40–59, `security.rs` 60–79, others 80 and up
 //! (`grpc_clients.rs` 1–2, `userns_root.rs` 3–4, `image_volumes.rs` 5–6, `containers.rs` also
-//! 32–36, `userns.rs` 8, 88–89 and 119, `fuzz_requests.rs` 121, 123 and 124, `hostname.rs` 17 and 81, `stream_limits.rs` 93–94 and 98,
+//! 32–36, `userns.rs` 8, 88–89, 119 and 120, `fuzz_requests.rs` 121, 123 and 124, `hostname.rs` 17 and 81, `stream_limits.rs` 93–94 and 98,
 //! `validation.rs` 95–96, `registry_credentials.rs` 53, `restart.rs` also 57 and 110–111, `pods.rs` also 18, `events.rs` 19, `metrics.rs` 7, `cgroup_parent.rs` 54–55,
 //! `working_dir.rs` 97, `checkpoint.rs` 75–79, 69 and 114–115, `kubelet.rs` 52, `images_pinned.rs` 59, `registry_credentials.rs` also 99, `crash_windows.rs` 49 and 56, `slow_shim.rs` 9, `crius_status.rs` 58, `runtime_handlers.rs` 90–92 and 68, `prometheus.rs` 37–38, `stream_tls.rs` 39 and 50, `images_archive.rs` 100–101, `images_containerd.rs` 102, `images_pulls.rs` 103, `checkpoint_pod.rs` 104–107, `nri.rs` 70–74, `crash_random.rs` 108, `grpc_clients.rs` also 109, `pods.rs` also 112–113 and 118, `validation.rs` also 117 and 122).
 //!
@@ -640,6 +640,7 @@ impl Env {
         assert!(containers.is_empty(), "container dirs left: {containers:?}");
         let ips = self.allocated_ips();
         assert!(ips.is_empty(), "IPs still allocated: {ips:?}");
+        assert_dev_null_is_roots();
         self.wait_trash_empty().await;
     }
 
@@ -1084,4 +1085,16 @@ impl Rng {
     pub fn pick<'a, T: ?Sized>(&mut self, items: &[&'a T]) -> &'a T {
         items[self.below(items.len() as u64) as usize]
     }
+}
+
+/// The node's /dev/null still belongs to root: an OCI runtime given it as a user-namespaced
+/// container's stdio (crun 1.8 chowns that stdio to the container's root) must not have had it.
+pub fn assert_dev_null_is_roots() {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata("/dev/null").unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (0, 0),
+        "the node's /dev/null was chowned (to fix: chown root:root /dev/null)"
+    );
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::{assert_status, texts, Env};
 use crius_api::v1::{
     ContainerState, CreateContainerRequest, ListPodSandboxRequest, NamespaceMode,
-    RunPodSandboxRequest, StartContainerRequest, StatusRequest,
+    RunPodSandboxRequest, StartContainerRequest,
 };
 use tonic::Code;
 
@@ -42,12 +42,7 @@ fn hybrid_v2_controllers() -> Option<String> {
 #[tokio::test]
 async fn every_handler_runs_pods_side_by_side() {
     let mut env = Env::with_image(90).await;
-    let status = env
-        .rt()
-        .status(StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = env.runtime_status().await;
     let names: Vec<&str> = status
         .runtime_handlers
         .iter()
@@ -350,12 +345,7 @@ async fn unknown_and_unusable_handlers_are_refused_by_name() {
         Code::FailedPrecondition,
         &["\"ghost\"", "/nonexistent/ghost-runtime"],
     );
-    let status = env
-        .rt()
-        .status(StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = env.runtime_status().await;
     assert!(status.runtime_handlers.iter().all(|h| h.name != "ghost"));
 }
 

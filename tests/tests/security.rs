@@ -252,12 +252,7 @@ async fn users_and_groups() {
     );
 
     // Status says the policy is supported.
-    let status = env
-        .rt()
-        .status(StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = env.runtime_status().await;
     assert!(status.features.unwrap().supplemental_groups_policy);
 
     // User namespaces: tests/tests/userns.rs.
@@ -1162,12 +1157,7 @@ async fn mounts_devices_and_oom_score_adj() {
     );
 
     // ... and Status advertises it.
-    let status = env
-        .rt()
-        .status(StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = env.runtime_status().await;
     let handler = &status.runtime_handlers[0];
     assert_eq!(handler.name, "");
     assert!(handler.features.unwrap().recursive_read_only_mounts);

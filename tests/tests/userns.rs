@@ -77,12 +77,7 @@ async fn user_namespaced_pod() {
     let mut env = Env::with_image(88).await;
 
     // advertised for the default handler
-    let status = env
-        .rt()
-        .status(StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = env.runtime_status().await;
     let features = status.runtime_handlers[0].features.unwrap();
     assert!(features.user_namespaces, "{status:?}");
 
@@ -555,12 +550,7 @@ async fn a_user_namespaced_pod_answers_once_its_pause_runs_its_program() {
 async fn crun_leaves_the_nodes_dev_null_alone() {
     let mut env = Env::with_image(120).await;
     common::assert_dev_null_is_roots();
-    let status = env
-        .rt()
-        .status(StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = env.runtime_status().await;
     let crun_userns = status
         .runtime_handlers
         .iter()

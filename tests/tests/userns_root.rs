@@ -37,12 +37,7 @@ fn userns_pod(env: &Env, name: &str) -> PodSandboxConfig {
 }
 
 async fn advertised(env: &Env) -> bool {
-    let status = env
-        .rt()
-        .status(StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = env.runtime_status().await;
     status.runtime_handlers[0]
         .features
         .as_ref()

@@ -357,6 +357,15 @@ impl Env {
             .map(|r| r.into_inner().container_id)
     }
 
+    /// The runtime's `Status` (not verbose).
+    pub async fn runtime_status(&self) -> StatusResponse {
+        self.rt()
+            .status(StatusRequest { verbose: false })
+            .await
+            .unwrap_or_else(|s| panic!("Status: {s:?}"))
+            .into_inner()
+    }
+
     /// The pid of the pod's pause process, from its verbose status.
     pub async fn pause_pid(&self, pod: &str) -> i32 {
         let status = self

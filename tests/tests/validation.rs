@@ -626,6 +626,16 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
             &["config.log_directory", "is not a directory"],
         ),
         (
+            Box::new(|c| {
+                c.linux.get_or_insert_with(Default::default).overhead =
+                    Some(LinuxContainerResources {
+                        memory_swap_limit_in_bytes: 1 << 30,
+                        ..Default::default()
+                    })
+            }),
+            &["overhead.memory_swap_limit_in_bytes 1073741824 needs memory_limit_in_bytes"],
+        ),
+        (
             Box::new(move |c| {
                 userns(c);
                 common::pod_sc(c).run_as_user = Some(Int64Value { value: 70_000 });

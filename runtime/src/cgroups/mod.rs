@@ -809,6 +809,63 @@ pub fn check_resources(field: &str, r: &LinuxContainerResources) -> crate::error
             r.oom_score_adj
         )));
     }
+    if !r.hugepage_limits.is_empty() {
+        check_hugepage_sizes(&r.hugepage_limits, &node_hugepage_sizes())
+            .map_err(|e| crate::error::Error::InvalidArgument(format!("{field}.{e}")))?;
+    }
+    Ok(())
+}
+
+/// This node's huge page sizes as the hugetlb controller names them (`2MB`, `1GB`), from
+/// `/sys/kernel/mm/hugepages`; none when the kernel has no huge pages.
+pub fn node_hugepage_sizes() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/sys/kernel/mm/hugepages") else {
+        return Vec::new();
+    };
+    let mut sizes: Vec<u64> = dir
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    sizes.sort_unstable();
+    sizes.into_iter().map(hugetlb_name).collect()
+}
+
+/// The kernel's name of a huge page size of `kib` KiB in hugetlb's files.
+fn hugetlb_name(kib: u64) -> String {
+    if kib >= 1 << 20 {
+        format!("{}GB", kib >> 20)
+    } else if kib >= 1 << 10 {
+        format!("{}MB", kib >> 10)
+    } else {
+        format!("{kib}KB")
+    }
+}
+
+/// Each hugepage limit names a huge page size the node has (kubelet sends one per size of
+/// the node's capacity).
+fn check_hugepage_sizes(
+    limits: &[crius_api::v1::HugepageLimit],
+    node: &[String],
+) -> std::result::Result<(), String> {
+    for (i, h) in limits.iter().enumerate() {
+        if !node.contains(&h.page_size) {
+            return Err(format!(
+                "hugepage_limits[{i}].page_size {:?} is not a huge page size of this node ({})",
+                crate::util::excerpt(&h.page_size),
+                if node.is_empty() {
+                    "it has none".to_owned()
+                } else {
+                    node.join(", ")
+                }
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -856,6 +913,21 @@ fn validate(r: &LinuxContainerResources, mode: Mode) -> Result<()> {
         return invalid(format!(
             "memory_swap_limit_in_bytes {} is negative (only -1, unlimited, is allowed)",
             r.memory_swap_limit_in_bytes
+        ));
+    }
+    // Memory and swap together: the kernel refuses it without a memory limit or below it
+    // (v1's `memsw`; v2's `memory.swap.max` is the difference).
+    let (memory, swap) = (r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes);
+    if swap > 0 && memory <= 0 {
+        return invalid(format!(
+            "memory_swap_limit_in_bytes {swap} needs memory_limit_in_bytes: it limits memory \
+             and swap together"
+        ));
+    }
+    if swap > 0 && swap < memory {
+        return invalid(format!(
+            "memory_swap_limit_in_bytes {swap} is below memory_limit_in_bytes {memory}: it \
+             limits memory and swap together"
         ));
     }
     for h in &r.hugepage_limits {
@@ -1188,6 +1260,56 @@ pub fn apply_pod_resources(pod_cgroup: &str, config: &PodSandboxConfig) -> Resul
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn swap_limits_memory_and_swap_together() {
+        let r = |memory: i64, swap: i64| LinuxContainerResources {
+            memory_limit_in_bytes: memory,
+            memory_swap_limit_in_bytes: swap,
+            ..Default::default()
+        };
+        let mib = 1 << 20;
+        for ok in [
+            r(0, -1),
+            r(64 * mib, 64 * mib),
+            r(64 * mib, 128 * mib),
+            r(0, 0),
+        ] {
+            validate(&ok, Mode::V1).unwrap();
+        }
+        for (bad, why) in [
+            (r(0, 128 * mib), "needs memory_limit_in_bytes"),
+            (r(-1, 128 * mib), "needs memory_limit_in_bytes"),
+            (
+                r(128 * mib, 64 * mib),
+                "is below memory_limit_in_bytes 134217728",
+            ),
+            (r(64 * mib, -5), "is negative"),
+        ] {
+            let err = validate(&bad, Mode::V1).unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn hugepage_sizes_are_the_nodes() {
+        assert_eq!(hugetlb_name(64), "64KB");
+        assert_eq!(hugetlb_name(2048), "2MB");
+        assert_eq!(hugetlb_name(1 << 20), "1GB");
+        assert_eq!(hugetlb_name(16 << 20), "16GB");
+        let node = ["2MB".to_owned(), "1GB".to_owned()];
+        let limit = |size: &str| crius_api::v1::HugepageLimit {
+            page_size: size.into(),
+            limit: 1 << 21,
+        };
+        assert!(check_hugepage_sizes(&[limit("2MB"), limit("1GB")], &node).is_ok());
+        for bad in ["2mb", "2048kB", "bogus", "", "4MB"] {
+            let err = check_hugepage_sizes(&[limit(bad)], &node).unwrap_err();
+            assert!(err.contains("(2MB, 1GB)"), "{err}");
+        }
+        let err = check_hugepage_sizes(&[limit("2MB")], &[]).unwrap_err();
+        assert!(err.contains("it has none"), "{err}");
+    }
+
     #[test]
     fn cpus_a_node_lacks_are_found() {
         use super::{cpu_ranges, first_missing};

@@ -51,7 +51,6 @@ pub fn resources_to_oci(r: &LinuxContainerResources) -> Result<LinuxResources> {
         has_memory = true;
     }
     if r.memory_swap_limit_in_bytes != 0 {
-        check_swap(r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes)?;
         memory = memory.swap(r.memory_swap_limit_in_bytes);
         has_memory = true;
     }
@@ -64,7 +63,6 @@ pub fn resources_to_oci(r: &LinuxContainerResources) -> Result<LinuxResources> {
         builder = builder.memory(memory.build()?);
     }
     if !r.hugepage_limits.is_empty() {
-        check_hugepage_sizes(&r.hugepage_limits, &node_hugepage_sizes())?;
         let limits = r
             .hugepage_limits
             .iter()
@@ -89,83 +87,6 @@ pub fn resources_to_oci(r: &LinuxContainerResources) -> Result<LinuxResources> {
     Ok(builder.build()?)
 }
 
-/// `memory_swap_limit_in_bytes` (set, not -1 for unlimited) limits memory and swap together:
-/// the kernel refuses it without a memory limit or below it (cgroup v1's `memsw`; v2's
-/// `memory.swap.max` is the difference).
-fn check_swap(memory: i64, swap: i64) -> Result<()> {
-    if swap == -1 {
-        return Ok(());
-    }
-    let refuse = |why: String| {
-        Err(SpecError::invalid(format!(
-            "resources memory_swap_limit_in_bytes {swap} {why}"
-        )))
-    };
-    if swap < 0 {
-        return refuse("is negative (-1 is unlimited)".into());
-    }
-    if memory <= 0 {
-        return refuse("needs memory_limit_in_bytes: it limits memory and swap together".into());
-    }
-    if swap < memory {
-        return refuse(format!(
-            "is below memory_limit_in_bytes {memory}: it limits memory and swap together"
-        ));
-    }
-    Ok(())
-}
-
-/// This node's huge page sizes as the hugetlb controller names them (`2MB`, `1GB`), from
-/// `/sys/kernel/mm/hugepages`; none when the kernel has no huge pages.
-pub fn node_hugepage_sizes() -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/sys/kernel/mm/hugepages") else {
-        return Vec::new();
-    };
-    let mut sizes: Vec<u64> = dir
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            name.strip_prefix("hugepages-")?
-                .strip_suffix("kB")?
-                .parse()
-                .ok()
-        })
-        .collect();
-    sizes.sort_unstable();
-    sizes.into_iter().map(hugetlb_name).collect()
-}
-
-/// The kernel's name of a huge page size of `kib` KiB in hugetlb's files.
-fn hugetlb_name(kib: u64) -> String {
-    if kib >= 1 << 20 {
-        format!("{}GB", kib >> 20)
-    } else if kib >= 1 << 10 {
-        format!("{}MB", kib >> 10)
-    } else {
-        format!("{kib}KB")
-    }
-}
-
-/// Each hugepage limit names a huge page size the node has (kubelet sends one per size of
-/// the node's capacity).
-fn check_hugepage_sizes(limits: &[crius_api::v1::HugepageLimit], node: &[String]) -> Result<()> {
-    for (i, h) in limits.iter().enumerate() {
-        if !node.contains(&h.page_size) {
-            return Err(SpecError::invalid(format!(
-                "resources hugepage_limits[{i}].page_size {:?} is not a huge page size of this \
-                 node ({})",
-                crate::util::excerpt(&h.page_size),
-                if node.is_empty() {
-                    "it has none".to_owned()
-                } else {
-                    node.join(", ")
-                }
-            )));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,7 +103,7 @@ mod tests {
             oom_score_adj: 500,
             cpuset_cpus: "0-1".into(),
             cpuset_mems: "0".into(),
-            hugepage_limits: node_hugepage_sizes()
+            hugepage_limits: crate::cgroups::node_hugepage_sizes()
                 .into_iter()
                 .take(1)
                 .map(|page_size| HugepageLimit {
@@ -209,45 +130,6 @@ mod tests {
         }
         assert_eq!(o.unified().clone().unwrap()["memory.high"], "50000000");
         assert!(o.devices().is_none());
-    }
-
-    #[test]
-    fn swap_limits_memory_and_swap_together() {
-        assert!(check_swap(0, -1).is_ok());
-        assert!(check_swap(64, 64).is_ok());
-        assert!(check_swap(64, 128).is_ok());
-        for (memory, swap, why) in [
-            (0, 128, "needs memory_limit_in_bytes"),
-            (-1, 128, "needs memory_limit_in_bytes"),
-            (128, 64, "is below memory_limit_in_bytes 128"),
-            (64, -5, "is negative"),
-        ] {
-            let err = check_swap(memory, swap).unwrap_err();
-            assert!(
-                err.is_invalid_argument() && err.to_string().contains(why),
-                "{err}"
-            );
-        }
-    }
-
-    #[test]
-    fn hugepage_sizes_are_the_nodes() {
-        assert_eq!(hugetlb_name(64), "64KB");
-        assert_eq!(hugetlb_name(2048), "2MB");
-        assert_eq!(hugetlb_name(1 << 20), "1GB");
-        assert_eq!(hugetlb_name(16 << 20), "16GB");
-        let node = ["2MB".to_owned(), "1GB".to_owned()];
-        let limit = |size: &str| HugepageLimit {
-            page_size: size.into(),
-            limit: 1 << 21,
-        };
-        assert!(check_hugepage_sizes(&[limit("2MB"), limit("1GB")], &node).is_ok());
-        for bad in ["2mb", "2048kB", "bogus", "", "4MB"] {
-            let err = check_hugepage_sizes(&[limit(bad)], &node).unwrap_err();
-            assert!(err.to_string().contains("(2MB, 1GB)"), "{err}");
-        }
-        let err = check_hugepage_sizes(&[limit("2MB")], &[]).unwrap_err();
-        assert!(err.to_string().contains("it has none"), "{err}");
     }
 
     #[test]

@@ -95,33 +95,19 @@ impl libcontainer::workload::Executor for Executor {
             .iter()
             .flatten()
             .find_map(|e| e.strip_prefix("PATH="));
-        let found = match (command.contains('/'), path_var) {
-            (true, _) => Some(PathBuf::from(command)).filter(|p| p.exists()),
-            (false, Some(dirs)) => dirs
-                .split(':')
-                .map(|d| Path::new(d).join(command))
-                .find(|p| p.exists()),
-            (false, None) => {
-                return Err(ArgValidationError(
-                    "PATH environment variable is not set".into(),
-                ))
-            }
-        };
-        let Some(path) = found else {
-            return Err(ArgValidationError(format!(
-                "executable '{command}' not found in $PATH"
-            )));
-        };
-        let runnable = std::fs::metadata(&path)
-            .map(|m| {
-                m.is_file()
-                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
-            })
-            .map_err(|e| {
-                ArgValidationError(format!(
-                    "failed to check permissions for executable '{command}' at path {path:?}: {e}"
-                ))
-            })?;
+        if path_var.is_none() && !command.contains('/') {
+            return Err(ArgValidationError(
+                "PATH environment variable is not set".into(),
+            ));
+        }
+        // The exec helper's lookup: a path as given, else the first executable file of that
+        // name in PATH.
+        let not_found = || ArgValidationError(format!("executable '{command}' not found in $PATH"));
+        let path = crate::exec::find_executable(command, path_var.unwrap_or_default())
+            .map_err(|_| not_found())?;
+        let meta = std::fs::metadata(&path).map_err(|_| not_found())?;
+        let runnable = meta.is_file()
+            && std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
         if !runnable {
             return Err(ArgValidationError(format!(
                 "executable '{command}' at path {path:?} does not have correct permissions"

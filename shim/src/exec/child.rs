@@ -17,7 +17,7 @@ use super::*;
 
 /// The path to exec for `arg0`: itself if it names a path, else the first executable file of
 /// that name in `path_var`'s directories (in the container's mount namespace).
-pub(super) fn find_executable(arg0: &str, path_var: &str) -> Result<PathBuf> {
+pub(crate) fn find_executable(arg0: &str, path_var: &str) -> Result<PathBuf> {
     if arg0.contains('/') {
         return Ok(PathBuf::from(arg0));
     }

@@ -58,6 +58,8 @@ use libcontainer::oci_spec::runtime::{
 use serde_json::Value;
 
 mod child;
+
+pub(crate) use child::find_executable;
 mod namespaces;
 
 use child::*;

@@ -813,6 +813,26 @@ pub fn check_resources(field: &str, r: &LinuxContainerResources) -> crate::error
         check_hugepage_sizes(&r.hugepage_limits, &node_hugepage_sizes())
             .map_err(|e| crate::error::Error::InvalidArgument(format!("{field}.{e}")))?;
     }
+    check_swap(r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes)
+        .map_err(|e| crate::error::Error::InvalidArgument(format!("{field}.{e}")))
+}
+
+/// Memory and swap together: the kernel refuses a swap limit without a memory limit or below
+/// it (v1's `memsw`; v2's `memory.swap.max` is the difference). Checked at the door only: the
+/// cgroup layers meet it as the kernel's refusal, which they undo.
+fn check_swap(memory: i64, swap: i64) -> std::result::Result<(), String> {
+    if swap > 0 && memory <= 0 {
+        return Err(format!(
+            "memory_swap_limit_in_bytes {swap} needs memory_limit_in_bytes: it limits memory \
+             and swap together"
+        ));
+    }
+    if swap > 0 && swap < memory {
+        return Err(format!(
+            "memory_swap_limit_in_bytes {swap} is below memory_limit_in_bytes {memory}: it \
+             limits memory and swap together"
+        ));
+    }
     Ok(())
 }
 
@@ -913,21 +933,6 @@ fn validate(r: &LinuxContainerResources, mode: Mode) -> Result<()> {
         return invalid(format!(
             "memory_swap_limit_in_bytes {} is negative (only -1, unlimited, is allowed)",
             r.memory_swap_limit_in_bytes
-        ));
-    }
-    // Memory and swap together: the kernel refuses it without a memory limit or below it
-    // (v1's `memsw`; v2's `memory.swap.max` is the difference).
-    let (memory, swap) = (r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes);
-    if swap > 0 && memory <= 0 {
-        return invalid(format!(
-            "memory_swap_limit_in_bytes {swap} needs memory_limit_in_bytes: it limits memory \
-             and swap together"
-        ));
-    }
-    if swap > 0 && swap < memory {
-        return invalid(format!(
-            "memory_swap_limit_in_bytes {swap} is below memory_limit_in_bytes {memory}: it \
-             limits memory and swap together"
         ));
     }
     for h in &r.hugepage_limits {
@@ -1274,7 +1279,7 @@ mod tests {
             r(64 * mib, 128 * mib),
             r(0, 0),
         ] {
-            validate(&ok, Mode::V1).unwrap();
+            check_resources("r", &ok).unwrap();
         }
         for (bad, why) in [
             (r(0, 128 * mib), "needs memory_limit_in_bytes"),
@@ -1285,7 +1290,7 @@ mod tests {
             ),
             (r(64 * mib, -5), "is negative"),
         ] {
-            let err = validate(&bad, Mode::V1).unwrap_err().to_string();
+            let err = check_resources("r", &bad).unwrap_err().to_string();
             assert!(err.contains(why), "{err}");
         }
     }

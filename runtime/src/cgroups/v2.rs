@@ -475,12 +475,8 @@ mod tests {
         };
         let msg = h.apply("/pod/c", &missing).unwrap_err().to_string();
         assert!(msg.contains("io.max"), "{msg}");
-        let valid = LinuxContainerResources {
-            cpu_shares: 512,
-            ..Default::default()
-        };
         assert!(matches!(
-            h.apply("/pod/none", &valid).unwrap_err(),
+            h.apply("/pod/none", &r).unwrap_err(),
             CgroupError::NotFound(_)
         ));
     }

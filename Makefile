@@ -45,12 +45,16 @@ run: deps-run build-release
 # every shim, nothing for the loader to do at each helper's exec (docs/architecture.md, section
 # 1). So is the daemon: 850 KiB less resident than with libc.so.6 mapped whole. They are built
 # for an explicit --target, the host's: cargo then applies RUSTFLAGS to them and their
-# dependencies only, not to build scripts and proc macros (which must stay dynamic). The
-# ordinary `cargo build` still makes dynamic ones in target/<profile>/; the tests are pointed
-# at the static ones (CRIUS_BIN, CRIUS_SHIM_BIN), what is installed. `=`, not `:=`: rustc may
-# only exist once check-rust has run.
+# dependencies only, not to build scripts and proc macros (which must stay dynamic). A plain
+# `cargo build` still makes dynamic ones in target/<profile>/; `make build` and the tests use
+# the static ones, what is installed. `=`, not `:=`: rustc may only exist once check-rust has
+# run.
 HOST_TRIPLE = $(shell rustc -vV | sed -n 's/^host: //p')
-STATIC_ENV  = RUSTFLAGS="$(RUSTFLAGS) -C target-feature=+crt-static" LIBSECCOMP_LINK_TYPE=static \
+# The caller's RUSTFLAGS without the static flag: the tests inherit the RUSTFLAGS STATIC_ENV
+# gave `cargo test`, and the make runs of the install test must not add the flag a second
+# time, which would be other flags and a rebuild of everything.
+BASE_RUSTFLAGS = $(strip $(subst -C target-feature=+crt-static,,$(RUSTFLAGS)))
+STATIC_ENV  = RUSTFLAGS="$(BASE_RUSTFLAGS) -C target-feature=+crt-static" LIBSECCOMP_LINK_TYPE=static \
               LIBSECCOMP_LIB_PATH="$$(pkg-config --variable=libdir libseccomp)"
 STATIC_SHIM = $(STATIC_ENV) $(CARGO) build --target $(HOST_TRIPLE) -p crius-shim \
               --bin crius-shim --bin crius-shim-helper
@@ -59,18 +63,23 @@ STATIC_SHIM = $(STATIC_ENV) $(CARGO) build --target $(HOST_TRIPLE) -p crius-shim
 # resident text (docs/architecture.md, "Hot text first"); -W linker-messages shows how many of
 # the listed names it found.
 HOST_TRIPLE_ENV = $(shell echo $(HOST_TRIPLE) | tr a-z- A-Z_)
-HOT_FIRST_ENV = RUSTFLAGS="$(RUSTFLAGS) -C target-feature=+crt-static -C symbol-mangling-version=v0 -W linker-messages" \
+HOT_FIRST_ENV = RUSTFLAGS="$(BASE_RUSTFLAGS) -C target-feature=+crt-static -C symbol-mangling-version=v0 -W linker-messages" \
               CARGO_TARGET_$(HOST_TRIPLE_ENV)_LINKER=$(CURDIR)/runtime/link-hot-first \
               CRIUS_GCC_LD="$$(rustc --print sysroot)/lib/rustlib/$(HOST_TRIPLE)/bin/gcc-ld"
 CRIUS_BUILD = $(CARGO) build --target $(HOST_TRIPLE) -p crius --bin crius
-STATIC_CRIUS = $(STATIC_ENV) $(CRIUS_BUILD)
+# The debug build is one cargo run: the tests and every binary of the workspace, static, for
+# the host triple. The tests run the crius, crius-shim and crius-shim-helper it leaves in
+# target/<host-triple>/debug, which `make install PROFILE=debug` installs. One feature
+# resolution for all (the tests' dev-dependencies add features to tokio and others) means one
+# build of the dependencies: a dynamic build, the two static ones and the tests' each built
+# them again, 7 of the 28 minutes of CI on a fresh 2-core machine.
+TEST_CARGO  = $(STATIC_ENV) $(CARGO) test --workspace --target $(HOST_TRIPLE)
 TEST_ENV    = CRIUS_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/debug/crius \
               CRIUS_SHIM_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/debug/crius-shim
 
-# Lint first: formatting fails in a second, before any build. The end-to-end tests run the
-# crius, crius-shim and crius-shim-helper binaries, so those are built before the tests run.
+# Lint first: formatting fails in a second, before any build.
 test: deps-test lint build
-	$(TEST_ENV) $(CARGO) test --workspace --no-fail-fast
+	$(TEST_ENV) $(TEST_CARGO) --no-fail-fast
 
 # Unit tests of every crate and the shim's state machine against a fake launcher: no root, no
 # containers, no network. Tests that need root say "skipped ...: needs root" and return.
@@ -80,12 +89,10 @@ unit: check-rust
 
 # The integration and end-to-end tests (tests/, shim/tests/, image/tests/, ...): as root.
 e2e: deps-test build
-	$(TEST_ENV) $(CARGO) test --workspace --no-fail-fast --test '*'
+	$(TEST_ENV) $(TEST_CARGO) --no-fail-fast --test '*'
 
 build: check-rust
-	$(CARGO) build --workspace --bins
-	$(STATIC_SHIM)
-	$(STATIC_CRIUS)
+	$(TEST_CARGO) --no-run
 
 # crius finds crius-shim beside itself: the release-shim builds are linked in next to it. Only
 # the three installed binaries are built: dynamic release builds of the rest (the daemon's
@@ -139,10 +146,13 @@ deb: build-release cargo-deb
 cargo-deb: check-rust
 	@$(CARGO) deb --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deb
 
+# clippy and rustdoc for the host triple with the static build's flags, like `make build`: the
+# dependencies' build scripts (zstd's and ring's C among them) then run once for all three,
+# and rustdoc reuses clippy's checks of the dependencies.
 lint: check-rust cargo-deny
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
+	$(STATIC_ENV) $(CARGO) clippy --workspace --all-targets --target $(HOST_TRIPLE) -- -D warnings
+	$(STATIC_ENV) RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --target $(HOST_TRIPLE)
 	$(CARGO) fetch --locked
 	$(CARGO) deny --offline check licenses bans sources
 

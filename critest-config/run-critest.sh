@@ -7,8 +7,7 @@
 # spec with its state, which the console output only gives for failures) and crius's log
 # (.crius.log).
 # Needs, as root: critest on $PATH (built by you; this project ships none of cri-tools),
-# crictl on $PATH, Debian's docker-registry and busybox-static, `cargo build -p crius -p crius-shim`
-# done. Everything it starts it stops again by PID, and it removes what it created:
+# crictl on $PATH, Debian's docker-registry and busybox-static, `make build` done. Everything it starts it stops again by PID, and it removes what it created:
 # /tmp/crius-critest, /run/crius-critest, the bridge crius-critest0, the shared-memory segments
 # critest's HostIpc specs make with ipcmk.
 set -euo pipefail
@@ -20,8 +19,9 @@ STATE=/run/crius-critest
 SOCK=unix://$STATE/crius.sock
 BRIDGE=crius-critest0
 PORT=${CRITEST_REGISTRY_PORT:-5055}
-# Where crius, crius-shim and crius-shim-helper are taken from (CRIUS_BIN_DIR to test other builds).
-TARGET=${CRIUS_BIN_DIR:-${CARGO_TARGET_DIR:-$REPO/target}/debug}
+# Where crius, crius-shim and crius-shim-helper are taken from (CRIUS_BIN_DIR to test other
+# builds): where `make build` puts them.
+TARGET=${CRIUS_BIN_DIR:-${CARGO_TARGET_DIR:-$REPO/target}/$(rustc -vV | sed -n 's/^host: //p')/debug}
 # CRIUS_UNDER=DIR puts crius's root and state in DIR/root and DIR/state (e.g. a 0700
 # `mktemp -d` directory) instead of the places crius.toml names; the socket stays in $STATE.
 UNDER=${CRIUS_UNDER:-}

@@ -27,7 +27,7 @@ pub enum Error {
 
     /// A binary of this workspace has not been built.
     #[error(
-        "{name} binary not found at {path}: build it with `cargo build -p crius` (as `make test` does) or set {var}"
+        "{name} binary not found at {path}: build it with `make build` (as `make test` does) or set {var}"
     )]
     BinaryNotFound {
         name: String,

@@ -69,9 +69,9 @@ pub fn free_port() -> Result<u16> {
 ///
 /// An environment variable named after the binary wins (`crius` → `CRIUS_BIN`, `crius-shim` →
 /// `CRIUS_SHIM_BIN`); otherwise the binary is looked up in the cargo target dir the test runs from
-/// (`target/<profile>/`, the parent of the test executable's `deps/` dir). `cargo test -p
-/// crius-tests` does not build other packages' binaries: build them first (`cargo build -p crius`,
-/// which `make test` does).
+/// (`target/[<triple>/]<profile>/`, the parent of the test executable's `deps/` dir). `cargo test
+/// -p crius-tests` does not build other packages' binaries: build them first (`make build`, as
+/// `make test` does).
 pub fn binary(name: &str) -> Result<PathBuf> {
     let var = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
     let path = match std::env::var_os(&var) {

@@ -24,10 +24,7 @@ fn python() -> PathBuf {
     if let Some(path) = std::env::var_os("CRIUS_TEST_PYTHON") {
         return PathBuf::from(path);
     }
-    // target/<profile>/deps/<test> → target/test-venv
-    let exe = std::env::current_exe().unwrap();
-    let target = exe.ancestors().nth(3).unwrap();
-    let python = target.join("test-venv/bin/python");
+    let python = crius_tests::repo_dir().join("target/test-venv/bin/python");
     assert!(
         python.is_file(),
         "{} is missing: run .ci/install-python-deps (make test does)",

@@ -11,6 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use common::{assert_status, cgroup_v2, pod_sc, sc, Env, HostCgroup};
 use crius_api::v1::*;
 use crius_tests::images::{self, TestImage};
+use crius_tests::streaming::{exit_code_of, Client};
 use crius_tests::TestDir;
 use tonic::Code;
 
@@ -543,9 +544,10 @@ async fn a_user_namespaced_pod_answers_once_its_pause_runs_its_program() {
     env.assert_no_leaks().await;
 }
 
-/// A user-namespaced pod under the crun handler, with an exec: crun 1.8 chowns the stdio it
-/// gives such a container to the container's root, so crius hands it pipes, never the node's
-/// /dev/null, whose owner stays root (crius's start-up trial of crun is checked the same way).
+/// A user-namespaced pod under the crun handler, with an exec and a streaming exec that wants
+/// no output: crun 1.8 chowns the stdio it creates such a container with to the container's
+/// root, so crius hands it pipes, never the node's /dev/null, whose owner stays root (crius's
+/// start-up trial of crun is checked the same way).
 #[tokio::test]
 async fn crun_leaves_the_nodes_dev_null_alone() {
     let mut env = Env::with_image(120).await;
@@ -566,6 +568,33 @@ async fn crun_leaves_the_nodes_dev_null_alone() {
     container_userns(&mut c, userns(HOST_BASE));
     let id = env.create_start(&pod, &config, c).await;
     assert_eq!(sh(&env, &id, "id -u").await, "0");
+    common::assert_dev_null_is_roots();
+    // A streaming exec that wants neither output (stdin only: one of the three must be set)
+    // gets the node's /dev/null for both: crun's exec, unlike its create, leaves its owner.
+    let url = env
+        .exec_url(ExecRequest {
+            container_id: id.clone(),
+            cmd: [
+                "sh",
+                "-c",
+                "head -c 300000 /dev/zero; echo gone >&2; exit 4",
+            ]
+            .map(String::from)
+            .to_vec(),
+            stdin: true,
+            ..Default::default()
+        })
+        .await;
+    let mut client = Client::connect(&url, &["v4.channel.k8s.io"]).await.unwrap();
+    let s = client
+        .open_command(true, false, false, false)
+        .await
+        .unwrap();
+    let status = client
+        .wait_status(&s, std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(exit_code_of(&status), Some(4), "{status}");
     common::assert_dev_null_is_roots();
     env.stop(&id, 0).await;
     env.remove_all_and_check(&[&id], &pod).await;

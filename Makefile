@@ -71,8 +71,9 @@ CRIUS_BUILD = $(CARGO) build --target $(HOST_TRIPLE) -p crius --bin crius
 # the host triple. The tests run the crius, crius-shim and crius-shim-helper it leaves in
 # target/<host-triple>/debug, which `make install PROFILE=debug` installs. One feature
 # resolution for all (the tests' dev-dependencies add features to tokio and others) means one
-# build of the dependencies: a dynamic build, the two static ones and the tests' each built
-# them again, 7 of the 28 minutes of CI on a fresh 2-core machine.
+# build of the dependencies. It was a dynamic build, the two static ones and the tests' build,
+# which built most of them three times: 9.8 minutes after clippy on a fresh 2-core machine,
+# against 5 to 5.7 now.
 TEST_CARGO  = $(STATIC_ENV) $(CARGO) test --workspace --target $(HOST_TRIPLE)
 TEST_ENV    = CRIUS_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/debug/crius \
               CRIUS_SHIM_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/debug/crius-shim

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 /// Where crius looks for its configuration when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/crius/config.toml";
 
+/// The default `[runtime] criu_path`: `criu` in `$PATH`.
+pub const DEFAULT_CRIU: &str = "criu";
+
 /// The complete default configuration, with a one-line comment for each key.
 pub const DEFAULT_CONFIG: &str = r#"# crius configuration. Every key is optional; the values below are the built-in defaults.
 
@@ -78,6 +81,8 @@ shim_operation_timeout_secs = 75
 # The criu binary that checkpoints containers (CheckpointContainer) and restores them (a
 # CreateContainer whose image is a checkpoint archive); a bare name is looked up in $PATH.
 # libcontainer and the OCI runtimes run it as `criu` from $PATH, with its directory put first.
+# With this default failing `criu check`, the criu contrib/criu/install puts in
+# /opt/crius/criu/bin (`make run` runs it) is tried next.
 criu_path = "criu"
 # The handler of pods that name none (kubelet sends "" without a RuntimeClass).
 default_handler = "crius"
@@ -338,7 +343,7 @@ impl Default for RuntimeConfig {
             max_container_log_line_size: 16 * 1024,
             ignore_image_defined_volumes: false,
             shim_operation_timeout_secs: 75,
-            criu_path: PathBuf::from("criu"),
+            criu_path: PathBuf::from(DEFAULT_CRIU),
             default_handler: "crius".to_string(),
             handlers: BTreeMap::from([
                 ("crius".to_string(), HandlerConfig::builtin()),

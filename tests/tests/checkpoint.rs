@@ -8,7 +8,8 @@
 //! usable criu. Prints the checkpoint and restore times it measures. Run as root.
 //!
 //! crius is pointed at `/opt/crius/criu/bin/criu` when `contrib/criu/install` put one there
-//! (kernels Debian 12's criu does not know), else at `criu` in `$PATH`.
+//! (kernels Debian 12's criu does not know), else at `criu` in `$PATH`; one test leaves it
+//! to crius's default, which finds the same criu.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -498,6 +499,40 @@ async fn bad_checkpoint_requests_are_refused_by_field() {
     }
 
     env.remove(&created).await;
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    env.assert_no_leaks().await;
+}
+
+/// With the built-in defaults (no `criu_path`), a checkpoint works where `make run` set the
+/// node up: crius takes the system's criu when it passes `criu check`, else the one
+/// `contrib/criu/install` put in /opt/crius/criu for kernels the system's does not know.
+#[tokio::test]
+async fn the_default_criu_path_finds_the_criu_make_run_installs() {
+    let system_works = Command::new("criu")
+        .arg("check")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let private = Path::new("/opt/crius/criu/bin/criu");
+    if !system_works && !private.exists() {
+        eprintln!("skipped: no criu that works on this kernel");
+        return;
+    }
+    let _turn = common::checkpoints::criu_turn().await;
+    let mut env = Env::with_image(132).await;
+    let ck = checkpoint_info(&env).await;
+    let criu = ck["criu"].as_str().unwrap_or_else(|| panic!("{ck}"));
+    if !system_works {
+        assert_eq!(Path::new(criu), private, "{ck}");
+    }
+    let config = pod_config(&env, "ck-default");
+    let pod = env.run_pod_with_handler(config.clone(), "runc").await;
+    let id = env.create_start(&pod, &config, counter(&env)).await;
+    let archive = env.crius.dir().join("default-criu.tar");
+    checkpoint(&env, &id, &archive, 0).await.unwrap();
+    assert!(entries(&archive).contains("checkpoint/inventory.img"));
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
     env.stop_pod(&pod).await;
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;

@@ -71,10 +71,16 @@ pub mod names {
     pub const STATS_DUMP: &str = "stats-dump";
 }
 
+/// Where `contrib/criu/install` (which `make run` and `make test` run) puts a newer criu when
+/// the distribution's does not work on the kernel.
+const PROJECT_CRIU: &str = "/opt/crius/criu/bin/criu";
+
 /// The criu binary `criu_path` names, checked with `criu check` (a criu too old for the
-/// kernel fails there, before any container is touched), or why it cannot be used. A criu
-/// that passed is remembered for its configured path; a failure is not, so installing criu
-/// needs no restart.
+/// kernel fails there, before any container is touched), or why it cannot be used. With the
+/// default `criu_path` ("criu" in `$PATH`) failing, the criu of `contrib/criu/install` is
+/// tried next, so that a node set up by `make run` checkpoints with the built-in defaults. A
+/// criu that passed is remembered for its configured path; a failure is not, so installing
+/// criu needs no restart.
 pub async fn criu_binary(configured: &Path) -> std::result::Result<PathBuf, String> {
     static PASSED: std::sync::Mutex<Option<(PathBuf, PathBuf)>> = std::sync::Mutex::new(None);
     if let Some((path, found)) = PASSED.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
@@ -82,7 +88,17 @@ pub async fn criu_binary(configured: &Path) -> std::result::Result<PathBuf, Stri
             return Ok(found.clone());
         }
     }
-    let found = probe_criu(configured).await?;
+    let found = match probe_criu(configured).await {
+        Err(e)
+            if configured == Path::new(crate::config::DEFAULT_CRIU)
+                && Path::new(PROJECT_CRIU).exists() =>
+        {
+            probe_criu(Path::new(PROJECT_CRIU))
+                .await
+                .map_err(|also| format!("{e}; and {also}"))?
+        }
+        found => found?,
+    };
     *PASSED.lock().unwrap_or_else(|p| p.into_inner()) =
         Some((configured.to_path_buf(), found.clone()));
     Ok(found)

@@ -58,9 +58,9 @@ use libcontainer::oci_spec::runtime::{
 use serde_json::Value;
 
 mod child;
+mod namespaces;
 
 pub(crate) use child::find_executable;
-mod namespaces;
 
 use child::*;
 use namespaces::*;

@@ -7,7 +7,8 @@
 # spec with its state, which the console output only gives for failures) and crius's log
 # (.crius.log).
 # Needs, as root: critest on $PATH (built by you; this project ships none of cri-tools),
-# crictl on $PATH, Debian's docker-registry and busybox-static, `make build` done. Everything it starts it stops again by PID, and it removes what it created:
+# crictl on $PATH, Debian's docker-registry and busybox-static, `make build` done. Everything
+# it starts it stops again by PID, and it removes what it created:
 # /tmp/crius-critest, /run/crius-critest, the bridge crius-critest0, the shared-memory segments
 # critest's HostIpc specs make with ipcmk.
 set -euo pipefail

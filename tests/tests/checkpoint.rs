@@ -513,7 +513,7 @@ async fn the_default_criu_path_finds_the_criu_make_run_installs() {
         .arg("check")
         .output()
         .is_ok_and(|o| o.status.success());
-    let private = Path::new("/opt/crius/criu/bin/criu");
+    let private = Path::new(common::checkpoints::PROJECT_CRIU);
     if !system_works && !private.exists() {
         eprintln!("skipped: no criu that works on this kernel");
         return;

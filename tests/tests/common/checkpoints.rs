@@ -8,10 +8,12 @@ use crius_api::v1::*;
 
 use super::{pod_sc, read_log, texts, Env};
 
-/// The `[runtime] criu_path` of the tests: the criu `contrib/criu/install` puts under
-/// /opt/crius/criu when the system's does not work on this kernel, else `criu`.
+/// Where `contrib/criu/install` puts its criu when the system's does not work on this kernel.
+pub const PROJECT_CRIU: &str = "/opt/crius/criu/bin/criu";
+
+/// The `[runtime] criu_path` of the tests: [`PROJECT_CRIU`] when it is there, else `criu`.
 pub fn criu_config() -> String {
-    let private = Path::new("/opt/crius/criu/bin/criu");
+    let private = Path::new(PROJECT_CRIU);
     let criu = if private.exists() {
         private.display().to_string()
     } else {

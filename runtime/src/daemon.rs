@@ -177,9 +177,14 @@ impl Daemon {
         }))
     }
 
-    /// What runs once before serving: the pause binary in place, and the pods and containers
-    /// of the database matched with what is really there.
+    /// What runs once before serving: the pause binary in place (on crius's own exec tmpfs,
+    /// `mounts::prepare_exec_dir`), and the pods and containers of the database matched with
+    /// what is really there.
     pub async fn start(self: &Arc<Self>) -> anyhow::Result<()> {
+        if let Some(bin) = self.pause_binary.parent() {
+            crate::mounts::prepare_exec_dir(bin, crate::mounts::mount_exec_tmpfs)
+                .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
+        }
         self.shims
             .install_pause(&self.pause_binary)
             .await

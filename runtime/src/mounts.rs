@@ -21,6 +21,12 @@ pub enum MountError {
         #[source]
         source: io::Error,
     },
+    #[error("statvfs {path}")]
+    Stat {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("create {path}")]
     Create {
         path: PathBuf,
@@ -222,6 +228,131 @@ pub fn mount_shm(target: &Path, size_bytes: u64) -> Result<(), MountError> {
     })
 }
 
+/// `<state>/bin`'s tmpfs: 4 MiB is room for the pause (a few KiB) and anything crius may one
+/// day execute from there.
+const EXEC_DIR_DATA: &str = "mode=0755,size=4m";
+/// The source name of that tmpfs in mountinfo, which tells crius's own mount from others.
+const EXEC_DIR_SOURCE: &str = "crius-bin";
+
+/// Why crius cannot execute what it must from its state directory.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "crius cannot execute files in {dir}: it is on {mount_point} mounted noexec, and crius could \
+     not mount its own tmpfs there ({reason}); set `state` in the config to a directory on a \
+     mount that allows exec, or let crius mount (it needs CAP_SYS_ADMIN)"
+)]
+pub struct NoExec {
+    pub dir: PathBuf,
+    pub mount_point: PathBuf,
+    pub reason: String,
+}
+
+/// Whether files under `path` may be executed: its mount has no `noexec` (`statvfs(3)`).
+pub fn allows_exec(path: &Path) -> io::Result<bool> {
+    let c = cstr(path)?;
+    // SAFETY: an all-zero statvfs is a valid value for the kernel to fill in.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_flag & libc::ST_NOEXEC == 0)
+}
+
+/// The mount point of the mount `path` is on: the longest mount point in `mountinfo` that is
+/// `path` or one of its parents (the last one listed wins, as the later mount covers).
+pub fn mount_point_of(path: &Path, mountinfo: &str) -> PathBuf {
+    let mut best = PathBuf::from("/");
+    for m in crius_common::mountinfo::mounts(mountinfo) {
+        if path.starts_with(&m.mount_point)
+            && m.mount_point.components().count() >= best.components().count()
+        {
+            best = m.mount_point;
+        }
+    }
+    best
+}
+
+/// Makes `dir` (`<state>/bin`) a mount crius controls, so that what crius executes from it
+/// runs whatever the state directory is on: systemd mounts `/run` `noexec`, and the pause,
+/// bind-mounted from there into each pod, kept that flag and failed its `execve` with EACCES.
+/// A small tmpfs without `noexec` (but `nosuid`, `nodev`) is mounted on `dir` unless one of
+/// crius's is already there (a restart of crius: the pods' binds hold the old one anyway).
+/// Where the mount fails and the directory's own mount allows exec, crius goes on with the
+/// plain directory; where it does not, [`NoExec`] names the mount and the setting.
+/// `mount_fn` is the mount call ([`mount_exec_tmpfs`]; unit tests pass a failing one).
+pub fn prepare_exec_dir(
+    dir: &Path,
+    mount_fn: impl Fn(&Path) -> io::Result<()>,
+) -> Result<(), PrepareExecDirError> {
+    mkdir(dir)?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let ours = mount_source(&info, dir) == Some(("tmpfs", EXEC_DIR_SOURCE));
+    let exec = |p: &Path| {
+        allows_exec(p).map_err(|source| MountError::Stat {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    if ours && exec(dir)? {
+        return Ok(());
+    }
+    match mount_fn(dir) {
+        Ok(()) if exec(dir)? => Ok(()),
+        Ok(()) => Err(NoExec {
+            dir: dir.to_path_buf(),
+            mount_point: dir.to_path_buf(),
+            reason: "the new mount is noexec too".into(),
+        }
+        .into()),
+        Err(e) if exec(dir)? => {
+            tracing::warn!(
+                "could not mount a tmpfs on {}: {e}; executing from the directory as it is",
+                dir.display()
+            );
+            Ok(())
+        }
+        Err(e) => Err(NoExec {
+            dir: dir.to_path_buf(),
+            mount_point: mount_point_of(dir, &info),
+            reason: e.to_string(),
+        }
+        .into()),
+    }
+}
+
+/// Why [`prepare_exec_dir`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareExecDirError {
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    #[error(transparent)]
+    NoExec(#[from] NoExec),
+}
+
+/// The filesystem type and source of the last mountinfo line whose mount point is `dir` (the
+/// mount on top).
+fn mount_source<'a>(mountinfo: &'a str, dir: &Path) -> Option<(&'a str, &'a str)> {
+    let line = mountinfo
+        .lines()
+        .rev()
+        .find(|l| crius_common::mountinfo::parse_line(l).is_some_and(|m| m.mount_point == dir))?;
+    let (_, tail) = line.split_once(" - ")?;
+    let mut fields = tail.split(' ');
+    Some((fields.next()?, fields.next()?))
+}
+
+/// Mounts crius's exec tmpfs on `dir` ([`prepare_exec_dir`]).
+pub fn mount_exec_tmpfs(dir: &Path) -> io::Result<()> {
+    mount(
+        EXEC_DIR_SOURCE,
+        dir,
+        "tmpfs",
+        libc::MS_NOSUID | libc::MS_NODEV,
+        EXEC_DIR_DATA,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +367,73 @@ mod tests {
         assert!(!is_mountpoint(dir.path()));
         unmount(dir.path()).unwrap();
         unmount(&dir.path().join("missing")).unwrap();
+    }
+
+    #[test]
+    fn mount_point_of_takes_the_longest_covering_mount() {
+        let info = "1 0 8:1 / / rw - ext4 /dev/vda rw\n\
+                    2 1 0:5 / /run rw,noexec - tmpfs tmpfs rw\n\
+                    3 2 0:6 / /run/crius/bin rw - tmpfs crius-bin rw\n\
+                    4 1 0:7 / /running rw - tmpfs tmpfs rw\n";
+        assert_eq!(
+            mount_point_of(Path::new("/run/crius"), info),
+            Path::new("/run")
+        );
+        assert_eq!(
+            mount_point_of(Path::new("/run/crius/bin"), info),
+            Path::new("/run/crius/bin")
+        );
+        assert_eq!(mount_point_of(Path::new("/var/lib"), info), Path::new("/"));
+        assert_eq!(
+            mount_source(info, Path::new("/run/crius/bin")),
+            Some(("tmpfs", "crius-bin"))
+        );
+        assert_eq!(mount_source(info, Path::new("/nowhere")), None);
+    }
+
+    /// A state directory on a `noexec` mount: crius's tmpfs makes `bin` executable, a second
+    /// call keeps the mount it finds, and where the mount cannot be made the error names the
+    /// `noexec` mount and the setting.
+    #[test]
+    fn exec_dir_on_a_noexec_mount() {
+        if !crius_common::test_needs_root("exec_dir_on_a_noexec_mount") {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        mount("tmpfs", &state, "tmpfs", libc::MS_NOEXEC, "size=1m").unwrap();
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = unmount(&self.0);
+            }
+        }
+        let _guard = Unmount(state.clone());
+        assert!(!allows_exec(&state).unwrap());
+
+        let refused = |_: &Path| Err(io::Error::from_raw_os_error(libc::EPERM));
+        let bin = state.join("bin");
+        let err = prepare_exec_dir(&bin, refused).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("on {} mounted noexec", state.display())),
+            "{err}"
+        );
+        assert!(err.contains("set `state`"), "{err}");
+        assert!(err.contains("Operation not permitted"), "{err}");
+
+        prepare_exec_dir(&bin, mount_exec_tmpfs).unwrap();
+        assert!(allows_exec(&bin).unwrap());
+        let count = || {
+            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+            crius_common::mountinfo::mounts(&info)
+                .filter(|m| m.mount_point == bin)
+                .count()
+        };
+        assert_eq!(count(), 1);
+        // Found again (a restart of crius): not mounted a second time, and no mount is tried.
+        prepare_exec_dir(&bin, refused).unwrap();
+        assert_eq!(count(), 1);
+        unmount(&bin).unwrap();
     }
 }

@@ -970,3 +970,75 @@ async fn a_stop_whose_plugin_del_fails_is_failed_precondition_and_can_be_retried
     env.write_cni_config(&env.bridge_conflist());
     env.assert_no_leaks().await;
 }
+
+/// systemd mounts `/run` (where crius's state lives by default) `noexec`. The pause, which each
+/// pod's pause container executes from a bind of `<state>/bin`, kept that flag and every pod
+/// died at once with EACCES. crius now mounts a tmpfs of its own (exec, nosuid, nodev) on
+/// `<state>/bin`: pods and containers run with the state directory on a `noexec` mount, and a
+/// restart of crius finds its tmpfs again rather than stacking another.
+#[tokio::test]
+async fn pods_run_with_the_state_directory_on_a_noexec_mount() {
+    use nix::mount::{mount, MsFlags};
+    let mut env = Env::with_image(125).await;
+    env.crius.stop().unwrap();
+    let state = env.crius.state();
+    // As after a reboot onto a `noexec` /run: the state dir empty, on such a mount.
+    let _ = nix::mount::umount2(&state.join("bin"), nix::mount::MntFlags::MNT_DETACH);
+    mount(
+        Some("tmpfs"),
+        &state,
+        Some("tmpfs"),
+        MsFlags::MS_NOEXEC | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755,size=64m"),
+    )
+    .unwrap();
+    env.crius.restart().await.unwrap();
+
+    let pod_config = env.pod_config("noexec-state", false);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let config = env.container_config("sleeper", &["sleep", "600"]);
+    let id = env.create_start(&pod, &pod_config, config).await;
+    let out = env.exec(&id, &["echo", "ran"], 10).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    // The pause is alive (its failed exec ended it with 255).
+    assert!(common::alive(env.pause_pid(&pod).await));
+    assert_eq!(
+        env.pod_status(&pod).await.state,
+        PodSandboxState::SandboxReady as i32
+    );
+
+    let bin = state.join("bin");
+    let mounts_at_bin = || {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        info.lines()
+            .filter(|l| l.split(' ').nth(4) == Some(bin.to_str().unwrap()))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    for round in 0..2 {
+        if round == 1 {
+            env.crius.restart().await.unwrap();
+        }
+        let at_bin = mounts_at_bin();
+        assert_eq!(
+            at_bin.len(),
+            1,
+            "round {round}: one mount at {bin:?}: {at_bin:?}"
+        );
+        let line = &at_bin[0];
+        assert!(line.contains(" - tmpfs crius-bin "), "{line}");
+        let options = line.split(' ').nth(5).unwrap();
+        assert!(!options.contains("noexec"), "{line}");
+        assert!(
+            options.contains("nosuid") && options.contains("nodev"),
+            "{line}"
+        );
+    }
+
+    env.stop(&id, 0).await;
+    env.remove(&id).await;
+    env.stop_pod(&pod).await;
+    env.remove_pod(&pod).await;
+    // (Not `assert_no_leaks`: the test's own tmpfs is on the state dir.)
+    env.assert_pod_gone(&pod).await;
+}

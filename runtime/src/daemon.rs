@@ -185,6 +185,14 @@ impl Daemon {
             crate::mounts::prepare_exec_dir(bin, crate::mounts::mount_exec_tmpfs)
                 .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
         }
+        if crate::apparmor::enabled() {
+            let state = self.config.state.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::apparmor::load_default(&state);
+            })
+            .await
+            .context("load the AppArmor profile")?;
+        }
         self.shims
             .install_pause(&self.pause_binary)
             .await

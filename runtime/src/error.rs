@@ -124,6 +124,8 @@ impl From<crate::spec::SpecError> for Error {
     fn from(e: crate::spec::SpecError) -> Error {
         if e.is_invalid_argument() {
             Error::InvalidArgument(chain(&e))
+        } else if matches!(e, crate::spec::SpecError::Node(_)) {
+            Error::FailedPrecondition(chain(&e))
         } else {
             Error::internal("build the OCI spec", e)
         }

@@ -2,6 +2,7 @@
 //! gRPC services and the pod and container lifecycle. See `docs/architecture.md` for the map.
 
 pub mod admin;
+pub mod apparmor;
 pub mod authority;
 pub mod cgroups;
 pub mod cli;

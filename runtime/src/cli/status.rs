@@ -49,6 +49,9 @@ pub struct Report {
     /// NRI: off (`None`), else its socket (or why none) and the connected plugins
     /// (`<index>-<name>`, in event order).
     pub nri: Option<(String, Vec<String>)>,
+    /// The node's layout as crius sees it: `cgroup v2 (systemd driver), AppArmor crius-default
+    /// loaded`; `None` from a crius that does not report it.
+    pub node: Option<String>,
 }
 
 /// An image pull under way, as a verbose Status reports it.
@@ -161,7 +164,16 @@ async fn query_unbounded(socket: &Path) -> anyhow::Result<Report> {
             (v["socket"].as_str().unwrap_or("").to_string(), plugins)
         })
     });
+    let node = json("node").map(|v| {
+        format!(
+            "cgroup {} ({} driver), AppArmor {}",
+            v["cgroup"].as_str().unwrap_or("?"),
+            v["cgroupDriver"].as_str().unwrap_or("?"),
+            v["apparmor"].as_str().unwrap_or("?")
+        )
+    });
     Ok(Report {
+        node,
         socket: socket.to_path_buf(),
         pulls,
         nri,
@@ -264,6 +276,9 @@ impl fmt::Display for Report {
         }
         writeln!(f)?;
         writeln!(f, "socket:      {}", self.socket.display())?;
+        if let Some(node) = &self.node {
+            writeln!(f, "node:        {node}")?;
+        }
         let config = match (&self.config_path, self.config_files.is_empty()) {
             (_, false) => self
                 .config_files
@@ -408,11 +423,13 @@ mod tests {
                 },
             ],
             nri: Some(("/var/run/nri/nri.sock".into(), vec!["10-logger".into()])),
+            node: Some("cgroup v2 (systemd driver), AppArmor crius-default loaded".into()),
         };
         assert_eq!(
             report.to_string(),
             "crius 0.1.0 (CRI v1), pid 42, up 1h 2m 5s\n\
              socket:      /run/crius/crius.sock\n\
+             node:        cgroup v2 (systemd driver), AppArmor crius-default loaded\n\
              config:      /etc/crius/config.toml (absent: built-in defaults)\n\
              conditions:  RuntimeReady, NetworkReady=false (NetworkPluginNotReady: no network config)\n\
              pods:        1 (1 ready)\n\

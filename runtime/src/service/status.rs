@@ -75,7 +75,7 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
 /// (`handlers`: name to `none`, `checkpoint` or `checkpoint, restore`), whether whole pods can
 /// be (`pods`: `CheckpointPod, RestorePod`, for the handlers that can checkpoint and restore
 /// containers, or `none`), the criu binary (`criu`) or why there is none usable (`error`,
-/// and then every handler has `none`).
+/// and then every handler has `none`); `node`, the node's layout (see `node_json`).
 /// `crius status` prints them.
 fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
     let json_path = |p: &std::path::Path| serde_json::Value::from(p.display().to_string());
@@ -100,7 +100,40 @@ fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
         ("pid".to_string(), std::process::id().to_string()),
         ("pulls".to_string(), pulls_json(daemon)),
         ("nri".to_string(), nri_json(daemon)),
+        ("node".to_string(), node_json(daemon)),
     ])
+}
+
+/// What crius found of the node's layout: `cgroup` (`v1` or `v2`, the unified hierarchy at
+/// `/sys/fs/cgroup`), `cgroupDriver` and `apparmor` (`off`, or what became of crius's default
+/// profile: `crius-default loaded`, `no apparmor_parser: RuntimeDefault runs unconfined`,
+/// `crius-default failed to load: <why>`).
+fn node_json(daemon: &Daemon) -> String {
+    use crate::apparmor::DefaultProfile;
+    let unified = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let apparmor = if !crate::apparmor::enabled() {
+        "off".to_string()
+    } else {
+        let name = crate::apparmor::DEFAULT_PROFILE;
+        match crate::apparmor::default_profile() {
+            Some(DefaultProfile::Loaded) => format!("{name} loaded"),
+            Some(DefaultProfile::NoParser) => {
+                "no apparmor_parser: RuntimeDefault runs unconfined".to_string()
+            }
+            Some(DefaultProfile::Failed(why)) => format!("{name} failed to load: {why}"),
+            None => format!("{name} not loaded"),
+        }
+    };
+    let driver = match daemon.config.cgroup.driver {
+        crate::config::CgroupDriver::Cgroupfs => "cgroupfs",
+        crate::config::CgroupDriver::Systemd => "systemd",
+    };
+    serde_json::json!({
+        "cgroup": if unified { "v2" } else { "v1" },
+        "cgroupDriver": driver,
+        "apparmor": apparmor,
+    })
+    .to_string()
 }
 
 async fn checkpoint_json(daemon: &Daemon) -> String {

@@ -15,6 +15,10 @@ pub enum SpecError {
     /// A CDI spec file of this node is unreadable or invalid.
     #[error("cdi spec {path}: {reason}")]
     CdiSpec { path: PathBuf, reason: String },
+    /// This node cannot give what the request asks (its default AppArmor profile did not
+    /// load): gRPC `FailedPrecondition`.
+    #[error("{0}")]
+    Node(String),
     /// The caller (crius itself, not the request) passed an input the spec cannot be built from.
     #[error("spec input: {0}")]
     Input(String),

@@ -34,10 +34,12 @@
 //! - Seccomp unset in both the `seccomp` and the deprecated `seccomp_profile_path` fields means
 //!   unconfined: kubelet's default (it sends `RuntimeDefault` explicitly when asked to).
 //! - Masked/read-only paths: see `security::masked_and_readonly` for how an empty list is read.
-//! - No cgroup namespace is created, on cgroup v1 and v2 hosts alike. On a cgroup v1 host a
-//!   container joining an existing PID namespace gets the host's cgroup v1 tree bound read-only
-//!   instead of libcontainer's cgroup mount (see `mounts::host_cgroup_bind` for the
-//!   libcontainer bug); on v2 it keeps libcontainer's mount.
+//! - On a cgroup v2 (unified) node every non-privileged container gets a private cgroup
+//!   namespace (`wants_cgroup_namespace`), and libcontainer's cgroup2 mount shows its own
+//!   cgroup, read-only. Pods' pauses and privileged containers keep the node's, as do
+//!   containers on cgroup v1 nodes. On a cgroup v1 host a container joining an existing PID
+//!   namespace gets the host's cgroup v1 tree bound read-only instead of libcontainer's cgroup
+//!   mount (see `mounts::host_cgroup_bind` for the libcontainer bug).
 //! - `ALL` capabilities and privileged containers get the capabilities crius holds, not every
 //!   one the kernel knows; naming one crius lacks is an `InvalidArgument`.
 //! - libcontainer 0.7 ignores per-mount propagation options on binds; each bind gets the
@@ -56,8 +58,8 @@
 //!
 //! # Refused with `InvalidArgument`
 //! - Image volumes (`Mount.image`) not resolved by the caller to a host path.
-//! - Named AppArmor profiles (crius loads none yet, with or without AppArmor on the node);
-//!   `RuntimeDefault`/unconfined/unset run without a profile.
+//! - A Localhost AppArmor profile the kernel does not hold, or any named profile on a node
+//!   without AppArmor (see `security::apparmor_profile` for which profile a process gets).
 //! - SELinux labels on a node with SELinux enabled (crius applies none yet); without SELinux
 //!   they are ignored with a debug log (see `security::check_selinux`).
 
@@ -407,7 +409,13 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
     let privileged = sc.is_some_and(|s| s.privileged);
     let lsm = security::Lsm::detect();
     security::check_selinux(sc.and_then(|s| s.selinux_options.as_ref()), lsm)?;
-    security::check_apparmor(sc.and_then(|s| s.apparmor.as_ref()), "", lsm)?;
+    let apparmor = security::apparmor_profile(
+        sc.and_then(|s| s.apparmor.as_ref()),
+        "",
+        privileged,
+        false,
+        lsm,
+    )?;
 
     let network = mode(ns.map_or(0, |n| n.network), "network")?;
     let pid = mode(ns.map_or(0, |n| n.pid), "pid")?;
@@ -482,7 +490,7 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
     process.set_capabilities(Some(capabilities));
     process.set_rlimits(None);
     process.set_no_new_privileges(Some(true));
-    process.set_apparmor_profile(None);
+    process.set_apparmor_profile(apparmor);
     process.set_selinux_label(None);
     process.set_oom_score_adj(Some(SANDBOX_OOM_SCORE_ADJ));
 
@@ -577,6 +585,16 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
     spec.set_annotations(Some(notes));
     spec.set_linux(Some(linux));
     Ok(spec)
+}
+
+/// Whether a container gets a private cgroup namespace: every non-privileged container on the
+/// unified hierarchy (cgroup v2), as containerd, CRI-O and Docker do since the cgroup v2 KEP.
+/// Its `/proc/self/cgroup` then reads `0::/` and the cgroup2 mount at `/sys/fs/cgroup` shows
+/// its own cgroup as the root, where JVMs, Go's runtime and .NET look for `memory.max` and
+/// `cpu.max`, and no other pod's. On cgroup v1 nodes (and for privileged containers) the
+/// node's namespace stays, as with those runtimes.
+fn wants_cgroup_namespace(privileged: bool, unified: bool) -> bool {
+    unified && !privileged
 }
 
 /// The namespaces of a container: network and UTS of the pod (host ones with host network),
@@ -674,9 +692,11 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     security::check_selinux(sc.and_then(|s| s.selinux_options.as_ref()), lsm)?;
     #[allow(deprecated)]
     let apparmor_deprecated = sc.map_or("", |s| s.apparmor_profile.as_str());
-    security::check_apparmor(
+    let apparmor = security::apparmor_profile(
         sc.and_then(|s| s.apparmor.as_ref()),
         apparmor_deprecated,
+        privileged,
+        true,
         lsm,
     )?;
 
@@ -756,7 +776,10 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
         readonly_paths.extend(security::cgroup_readonly_paths());
     }
 
-    let namespaces = container_namespaces(input, pod_ns, ns, userns.is_some())?;
+    let mut namespaces = container_namespaces(input, pod_ns, ns, userns.is_some())?;
+    if wants_cgroup_namespace(privileged, !mounts::host_cgroup_v1()) {
+        namespaces.push(namespace(LinuxNamespaceType::Cgroup, None)?);
+    }
 
     // mounts
     let readonly_rootfs = sc.is_some_and(|s| s.readonly_rootfs);
@@ -836,7 +859,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     // privileged) only when the field is absent; with `Some(false)` it loads it after dropping
     // capabilities, without no_new_privs, and the kernel refuses the filter.
     process.set_no_new_privileges(sc.is_some_and(|s| s.no_new_privs).then_some(true));
-    process.set_apparmor_profile(None);
+    process.set_apparmor_profile(apparmor);
     process.set_selinux_label(None);
     process.set_oom_score_adj(oom_score_adj);
 

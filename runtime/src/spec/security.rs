@@ -245,57 +245,160 @@ fn check_known(proc_sys: &Path, key: &str, name: &str, value: &str) -> Result<()
     Ok(())
 }
 
-/// Whether the kernel has AppArmor / SELinux enabled.
+/// Whether the kernel has AppArmor / SELinux enabled, and what became of crius's default
+/// AppArmor profile.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Lsm {
     pub apparmor: bool,
+    pub apparmor_default: AppArmorDefault,
     pub selinux: bool,
 }
 
+/// What a container that asks for RuntimeDefault gets on an AppArmor node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum AppArmorDefault {
+    /// `crius-default`, loaded at start.
+    Loaded,
+    /// No profile: the node has no `apparmor_parser` to load it (containerd's rule).
+    Unconfined,
+    /// Refused: loading it failed (or crius has not loaded it).
+    #[default]
+    Refused,
+}
+
 impl Lsm {
-    /// Detects AppArmor (`/sys/kernel/security/apparmor`) and SELinux (`/sys/fs/selinux`).
+    /// Detects AppArmor (enabled and its securityfs present) and SELinux (`/sys/fs/selinux`).
     pub(crate) fn detect() -> Lsm {
+        use crate::apparmor::DefaultProfile;
         Lsm {
-            apparmor: Path::new("/sys/kernel/security/apparmor").exists()
-                || std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
-                    .is_ok_and(|s| s.trim() == "Y"),
+            apparmor: crate::apparmor::enabled(),
+            apparmor_default: match crate::apparmor::default_profile() {
+                Some(DefaultProfile::Loaded) => AppArmorDefault::Loaded,
+                Some(DefaultProfile::NoParser) => AppArmorDefault::Unconfined,
+                Some(DefaultProfile::Failed(_)) | None => AppArmorDefault::Refused,
+            },
             selinux: Path::new("/sys/fs/selinux/enforce").exists(),
         }
     }
 }
 
-/// Checks the AppArmor request. `RuntimeDefault`, unconfined and unset run without a profile
-/// on a node without AppArmor; a named profile is refused there. crius does not load AppArmor
-/// profiles yet, so a named profile is refused with AppArmor present too.
-pub(crate) fn check_apparmor(
+/// What a request asks of AppArmor, from the `apparmor` field or else the deprecated
+/// `apparmor_profile` string (`runtime/default`, `unconfined`, `localhost/<name>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AppArmorChoice<'a> {
+    Unset,
+    RuntimeDefault,
+    Unconfined,
+    Localhost(&'a str),
+}
+
+fn apparmor_choice<'a>(
+    profile: Option<&'a SecurityProfile>,
+    deprecated: &'a str,
+) -> Result<AppArmorChoice<'a>> {
+    let localhost = |name: &'a str, field: &str| {
+        if name.is_empty() {
+            return Err(SpecError::invalid(format!(
+                "{field}: a Localhost AppArmor profile needs a name"
+            )));
+        }
+        Ok(AppArmorChoice::Localhost(name))
+    };
+    let Some(p) = profile else {
+        return match deprecated {
+            "" => Ok(AppArmorChoice::Unset),
+            "runtime/default" => Ok(AppArmorChoice::RuntimeDefault),
+            "unconfined" => Ok(AppArmorChoice::Unconfined),
+            other => match other.strip_prefix("localhost/") {
+                Some(name) => localhost(name, "apparmor_profile"),
+                None => Err(SpecError::invalid(format!(
+                    "apparmor_profile {:?} is not runtime/default, unconfined or localhost/<name>",
+                    crate::util::excerpt(other)
+                ))),
+            },
+        };
+    };
+    let kind = ProfileType::try_from(p.profile_type).map_err(|_| {
+        SpecError::invalid(format!(
+            "apparmor profile_type {} is unknown",
+            p.profile_type
+        ))
+    })?;
+    if kind != ProfileType::Localhost && !p.localhost_ref.is_empty() {
+        return Err(SpecError::invalid(format!(
+            "apparmor localhost_ref {:?} is set, but profile_type is {}, not Localhost",
+            crate::util::excerpt(&p.localhost_ref),
+            kind.as_str_name()
+        )));
+    }
+    match kind {
+        ProfileType::RuntimeDefault => Ok(AppArmorChoice::RuntimeDefault),
+        ProfileType::Unconfined => Ok(AppArmorChoice::Unconfined),
+        // Kubernetes sends the bare name; the prefix is taken off as containerd does.
+        ProfileType::Localhost => localhost(
+            p.localhost_ref
+                .strip_prefix("localhost/")
+                .unwrap_or(&p.localhost_ref),
+            "apparmor localhost_ref",
+        ),
+    }
+}
+
+/// The AppArmor profile a process runs under, by containerd's rules: unset means RuntimeDefault
+/// for a container (`unset_is_default`; a pod's pause runs unconfined unless the pod names a
+/// profile), RuntimeDefault is crius's default profile except for privileged containers,
+/// Unconfined none, Localhost the named profile, which the kernel must hold. Without AppArmor
+/// on the node only a named profile is refused; the rest run without one, as before.
+pub(crate) fn apparmor_profile(
     profile: Option<&SecurityProfile>,
     deprecated: &str,
+    privileged: bool,
+    unset_is_default: bool,
     lsm: Lsm,
-) -> Result<()> {
-    let named = match profile {
-        Some(p) => match ProfileType::try_from(p.profile_type) {
-            Ok(ProfileType::Localhost) => Some(p.localhost_ref.as_str()),
-            Ok(_) => None,
-            Err(_) => {
+) -> Result<Option<String>> {
+    let choice = apparmor_choice(profile, deprecated)?;
+    if !lsm.apparmor {
+        return match choice {
+            AppArmorChoice::Localhost(name) => Err(SpecError::invalid(format!(
+                "apparmor profile {:?} requested, but AppArmor is not enabled on this node",
+                crate::util::excerpt(name)
+            ))),
+            _ => Ok(None),
+        };
+    }
+    match choice {
+        AppArmorChoice::Unconfined => Ok(None),
+        AppArmorChoice::Unset if !unset_is_default => Ok(None),
+        AppArmorChoice::Unset | AppArmorChoice::RuntimeDefault if privileged => Ok(None),
+        AppArmorChoice::Unset | AppArmorChoice::RuntimeDefault => match lsm.apparmor_default {
+            AppArmorDefault::Loaded => Ok(Some(crate::apparmor::DEFAULT_PROFILE.to_string())),
+            AppArmorDefault::Unconfined => Ok(None),
+            AppArmorDefault::Refused => Err(SpecError::Node(format!(
+                "the RuntimeDefault AppArmor profile {} is not loaded: {}",
+                crate::apparmor::DEFAULT_PROFILE,
+                match crate::apparmor::default_profile() {
+                    Some(crate::apparmor::DefaultProfile::Failed(why)) => why.as_str(),
+                    _ => "crius has not loaded it",
+                }
+            ))),
+        },
+        AppArmorChoice::Localhost(name) => {
+            let loaded = crate::apparmor::is_loaded(name).map_err(|e| {
+                SpecError::io(
+                    "read the AppArmor profiles",
+                    "/sys/kernel/security/apparmor/profiles",
+                    e,
+                )
+            })?;
+            if !loaded {
                 return Err(SpecError::invalid(format!(
-                    "apparmor profile_type {} is unknown",
-                    p.profile_type
-                )))
+                    "apparmor profile {:?} is not loaded on this node (load it with \
+                     apparmor_parser first)",
+                    crate::util::excerpt(name)
+                )));
             }
-        },
-        None => match deprecated {
-            "" | "unconfined" | "runtime/default" => None,
-            other => Some(other.strip_prefix("localhost/").unwrap_or(other)),
-        },
-    };
-    match named {
-        None => Ok(()),
-        Some(name) if !lsm.apparmor => Err(SpecError::invalid(format!(
-            "apparmor profile {name} requested, but AppArmor is not enabled on this node"
-        ))),
-        Some(name) => Err(SpecError::invalid(format!(
-            "apparmor profile {name} requested, but crius does not apply AppArmor profiles"
-        ))),
+            Ok(Some(name.to_string()))
+        }
     }
 }
 
@@ -451,18 +554,35 @@ mod tests {
     #[test]
     fn apparmor_and_selinux_without_the_lsm() {
         let none = Lsm::default();
-        assert!(check_apparmor(None, "", none).is_ok());
-        assert!(check_apparmor(None, "runtime/default", none).is_ok());
+        let pick = |p: Option<&SecurityProfile>, d: &str, privileged: bool, lsm: Lsm| {
+            apparmor_profile(p, d, privileged, true, lsm)
+        };
+        assert_eq!(pick(None, "", false, none).unwrap(), None);
+        assert_eq!(pick(None, "runtime/default", false, none).unwrap(), None);
         let rd = SecurityProfile::default();
-        assert!(check_apparmor(Some(&rd), "", none).is_ok());
+        assert_eq!(pick(Some(&rd), "", false, none).unwrap(), None);
         let lh = SecurityProfile {
             profile_type: ProfileType::Localhost as i32,
             localhost_ref: "my-profile".into(),
         };
-        let err = check_apparmor(Some(&lh), "", none).unwrap_err();
+        let err = pick(Some(&lh), "", false, none).unwrap_err();
         assert!(err.is_invalid_argument());
         assert!(err.to_string().contains("my-profile"));
-        assert!(check_apparmor(None, "localhost/other", none).is_err());
+        assert!(pick(None, "localhost/other", false, none).is_err());
+        let err = pick(None, "other", false, none).unwrap_err().to_string();
+        assert!(err.contains("apparmor_profile \"other\""), "{err}");
+        let stray = SecurityProfile {
+            profile_type: ProfileType::RuntimeDefault as i32,
+            localhost_ref: "x".into(),
+        };
+        assert!(pick(Some(&stray), "", false, none)
+            .unwrap_err()
+            .is_invalid_argument());
+        let nameless = SecurityProfile {
+            profile_type: ProfileType::Localhost as i32,
+            localhost_ref: String::new(),
+        };
+        assert!(pick(Some(&nameless), "", false, none).is_err());
 
         assert!(check_selinux(None, none).is_ok());
         assert!(check_selinux(Some(&SeLinuxOption::default()), none).is_ok());
@@ -479,5 +599,70 @@ mod tests {
         };
         let err = check_selinux(Some(&label), on).unwrap_err();
         assert!(err.to_string().contains("s0:c1,c2"));
+    }
+
+    #[test]
+    fn apparmor_default_by_containerds_rules() {
+        let with = |apparmor_default| Lsm {
+            apparmor: true,
+            apparmor_default,
+            selinux: false,
+        };
+        let loaded = with(AppArmorDefault::Loaded);
+        let default = Some(crate::apparmor::DEFAULT_PROFILE.to_string());
+        let rd = SecurityProfile::default();
+        let unconfined = SecurityProfile {
+            profile_type: ProfileType::Unconfined as i32,
+            localhost_ref: String::new(),
+        };
+        // a container: unset and RuntimeDefault get the default, unless privileged
+        assert_eq!(
+            apparmor_profile(None, "", false, true, loaded).unwrap(),
+            default
+        );
+        assert_eq!(
+            apparmor_profile(Some(&rd), "", false, true, loaded).unwrap(),
+            default
+        );
+        assert_eq!(
+            apparmor_profile(None, "runtime/default", false, true, loaded).unwrap(),
+            default
+        );
+        assert_eq!(
+            apparmor_profile(Some(&rd), "", true, true, loaded).unwrap(),
+            None
+        );
+        assert_eq!(
+            apparmor_profile(Some(&unconfined), "", false, true, loaded).unwrap(),
+            None
+        );
+        assert_eq!(
+            apparmor_profile(None, "unconfined", false, true, loaded).unwrap(),
+            None
+        );
+        // the field wins over the deprecated string
+        assert_eq!(
+            apparmor_profile(Some(&unconfined), "runtime/default", false, true, loaded).unwrap(),
+            None
+        );
+        // a pod's pause: unset stays unconfined
+        assert_eq!(
+            apparmor_profile(None, "", false, false, loaded).unwrap(),
+            None
+        );
+        assert_eq!(
+            apparmor_profile(Some(&rd), "", false, false, loaded).unwrap(),
+            default
+        );
+        // no parser on the node: unconfined; a failed load: refused, not run unconfined
+        let no_parser = with(AppArmorDefault::Unconfined);
+        assert_eq!(
+            apparmor_profile(Some(&rd), "", false, true, no_parser).unwrap(),
+            None
+        );
+        let failed = with(AppArmorDefault::Refused);
+        let err = apparmor_profile(Some(&rd), "", false, true, failed).unwrap_err();
+        assert!(matches!(err, SpecError::Node(_)), "{err}");
+        assert!(err.to_string().contains("crius-default"), "{err}");
     }
 }

@@ -1056,3 +1056,28 @@ fn unknown_cdi_device_is_refused_by_name() {
         "{err}"
     );
 }
+
+#[test]
+fn cgroup_namespace_for_unprivileged_containers_on_cgroup_v2() {
+    assert!(wants_cgroup_namespace(false, true));
+    assert!(!wants_cgroup_namespace(true, true));
+    assert!(!wants_cgroup_namespace(false, false));
+    assert!(!wants_cgroup_namespace(true, false));
+    // The spec follows this node's hierarchy: a v2 node (the node VM) shows the namespace, a
+    // v1 hybrid node (this project's machines) does not.
+    let f = fixture();
+    for privileged in [false, true] {
+        let sandbox = pod(NamespaceOption::default(), privileged);
+        let config = container(LinuxContainerSecurityContext {
+            privileged,
+            ..Default::default()
+        });
+        let spec = container_spec(&input(&f, &config, &sandbox)).unwrap();
+        let expected = (!privileged && !mounts::host_cgroup_v1()).then_some(None);
+        assert_eq!(
+            ns_path(&spec, LinuxNamespaceType::Cgroup),
+            expected,
+            "privileged: {privileged}"
+        );
+    }
+}

@@ -641,12 +641,7 @@ impl Env {
         for id in &self.pods {
             self.assert_pod_gone(id).await;
         }
-        // `<state>/bin` is crius's own exec tmpfs, there until reboot like the state dir.
-        let own = self.crius.state().join("bin");
-        let mounts: Vec<_> = mounts_under(self.crius.dir())
-            .into_iter()
-            .filter(|m| Path::new(m) != own)
-            .collect();
+        let mounts = mounts_under(self.crius.dir());
         assert!(mounts.is_empty(), "mounts left: {mounts:?}");
         let containers: Vec<_> = std::fs::read_dir(self.crius.state().join("containers"))
             .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -934,11 +929,15 @@ pub fn mounts_containing(needle: &str) -> Vec<String> {
         .collect()
 }
 
-/// Mount points at or below `dir`.
+/// Mount points at or below `dir`, but for crius's own exec tmpfs (`<state>/bin`, mounted at
+/// start and there until reboot like the state directory).
 pub fn mounts_under(dir: &Path) -> Vec<String> {
     let dir = dir.display().to_string();
-    mount_points()
-        .into_iter()
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| !(l.contains(" - tmpfs crius-bin ") && l.contains("/state/bin ")))
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
         .filter(|m| m.starts_with(&dir))
         .collect()
 }

@@ -4,7 +4,8 @@
 # Also: make unit (the tests that need neither root nor containers; building needs the
 #       packages `make deps-run` installs), make e2e (the integration and end-to-end tests
 #       only, as root), make lint (fmt, clippy, rustdoc), make install (binaries, systemd unit,
-#       config, a CNI network if none), make deb (a Debian package of the same).
+#       config, a CNI network if none), make deb (a Debian package of the same),
+#       make test-node (crius's package in the node VM, contrib/node-vm: Debian 13 under qemu).
 
 CARGO ?= cargo
 # Debian packages crius or its tests use at run time.
@@ -26,7 +27,7 @@ TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils op
                  python3-venv runc crun runsc tinyproxy containerd
 
 .PHONY: run test unit e2e build build-debug build-release install deb cargo-deb cargo-deny deps-run deps-test \
-        check-rust lint
+        check-rust lint test-node node-vm-deps node-vm-image node-vm-deb
 
 # `make install`: where things go (DESTDIR is prepended to every path, for packaging).
 PREFIX     ?= /usr/local
@@ -78,9 +79,10 @@ TEST_CARGO  = $(STATIC_ENV) $(CARGO) test --workspace --target $(HOST_TRIPLE)
 TEST_ENV    = CRIUS_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/debug/crius \
               CRIUS_SHIM_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/debug/crius-shim
 
-# Lint first: formatting fails in a second, before any build.
-test: deps-test lint build
-	$(TEST_ENV) $(TEST_CARGO) --no-fail-fast
+# Lint first: formatting fails in a second, before any build. The node VM's smoke (node_vm.rs)
+# runs with the others: the debug build's package in the cached guest image.
+test: deps-test node-vm-deps lint build node-vm-image node-vm-deb
+	CRIUS_NODE_DEB=$(CURDIR)/$(DEBUG_DEB) $(TEST_ENV) $(TEST_CARGO) --no-fail-fast
 
 # Unit tests of every crate and the shim's state machine against a fake launcher: no root, no
 # containers, no network. Tests that need root say "skipped ...: needs root" and return.
@@ -166,6 +168,38 @@ lint: check-rust cargo-deny
 # fresh machine pays.
 cargo-deny: check-rust
 	@$(CARGO) deny --version >/dev/null 2>&1 || $(CARGO) install --locked --debug cargo-deny
+
+# The node VM (contrib/node-vm/README.md): a Debian 13 guest (systemd 257, cgroup v2 only,
+# AppArmor, Linux 6.12) built by debootstrap, cached in /var/cache/crius-node-vm/<hash of its
+# inputs>/ and booted by qemu (KVM where the CPU has it, TCG otherwise). test-node installs
+# crius's package in it and runs the pod smoke of tests/tests/node_vm.rs with both cgroup
+# drivers, then critest when CRITEST names a critest binary. NODE_DEB: the package to test
+# (default: the static debug build packaged by contrib/node-vm/debug-deb, as `make test` does;
+# `make deb` makes the release one).
+#  debootstrap, debian-archive-keyring: the guest's root file system from Debian's archive
+#  e2fsprogs: mkfs.ext4 -d writes it to an image without a loop mount
+#  qemu-system-x86, qemu-utils: the VM and its copy-on-write disk
+#  openssh-client: commands and files in and out of the guest
+#  socat: the guest's connections to the host's registry (qemu's guestfwd runs one for each)
+NODE_VM_PACKAGES := debootstrap debian-archive-keyring e2fsprogs qemu-system-x86 qemu-utils \
+                    openssh-client socat python3
+DEBUG_DEB := target/node-vm/crius-debug.deb
+NODE_DEB  ?= $(DEBUG_DEB)
+CRITEST   ?=
+
+test-node: deps-test node-vm-deps build node-vm-image $(if $(filter $(DEBUG_DEB),$(NODE_DEB)),node-vm-deb)
+	CRIUS_NODE_DEB=$(abspath $(NODE_DEB)) $(TEST_ENV) $(TEST_CARGO) --test node_vm -- --nocapture
+	$(if $(CRITEST),./contrib/node-vm/critest $(abspath $(CRITEST)) $(abspath $(NODE_DEB)))
+
+node-vm-deps:
+	@./.ci/install-deps $(NODE_VM_PACKAGES)
+
+node-vm-image: node-vm-deps
+	@./contrib/node-vm/build-image >/dev/null
+
+node-vm-deb: build
+	@mkdir -p $(dir $(DEBUG_DEB))
+	./contrib/node-vm/debug-deb $(HOST_TRIPLE) $(DEBUG_DEB)
 
 deps-run:
 	@./.ci/install-deps $(RUN_PACKAGES)

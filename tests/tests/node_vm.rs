@@ -1,0 +1,440 @@
+//! crius on a modern node: the node VM of contrib/node-vm (Debian 13 booted by qemu: systemd
+//! 257 as PID 1, cgroup v2 only, AppArmor enabled, kernel 6.12), with crius's `.deb` installed
+//! and run as the systemd service `crius`. A pod's whole life goes through it with each cgroup
+//! driver: the busybox test image pulled from this host's registry (which the guest reaches
+//! through qemu's guestfwd, its only way out), a container started, exec'd into, its log read in
+//! the guest, stopped and removed, nothing left in the guest's cgroups or systemd units.
+//!
+//! Runs when `CRIUS_NODE_DEB` names the package to install (`make test` and `make test-node`
+//! set it); skipped otherwise. Needs root, qemu and the image `contrib/node-vm/build-image`
+//! makes (built here on a cache miss). The guest is powered off, or killed, on drop.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crius_api::v1::image_service_client::ImageServiceClient;
+use crius_api::v1::runtime_service_client::RuntimeServiceClient;
+use crius_api::v1::*;
+use crius_tests::images::{self, TestImage};
+use crius_tests::registry::Registry;
+use crius_tests::{crius::connect, repo_dir, TestDir};
+use tonic::transport::Channel;
+
+/// The guest's address for the host's registry (qemu's guestfwd), with the registry's port.
+const GUEST_REGISTRY: &str = "10.0.2.100";
+const GUEST_SOCKET: &str = "/run/crius/crius.sock";
+/// qemu is killed after this long whatever happens to the test (the smoke takes 2 to 3 minutes).
+const GUEST_LIFETIME_SECS: u64 = 900;
+
+/// A running node VM, stopped on drop.
+struct Guest {
+    script: PathBuf,
+    dir: TestDir,
+}
+
+impl Guest {
+    fn start(registry_port: u16) -> Guest {
+        let guest = Guest {
+            script: repo_dir().join("contrib/node-vm/node-vm"),
+            dir: TestDir::new("node-vm").unwrap(),
+        };
+        let started = Instant::now();
+        let out = Command::new(&guest.script)
+            .args(["start", guest.dir.path().to_str().unwrap()])
+            .arg(registry_port.to_string())
+            // A test killed before its drop leaves no guest for longer than this.
+            .env("CRIUS_NODE_VM_LIFETIME", GUEST_LIFETIME_SECS.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "node-vm start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("node vm: booted in {:.1?}", started.elapsed());
+        guest
+    }
+
+    fn node_vm(&self, args: &[&str]) -> Output {
+        let dir = self.dir.path().to_str().unwrap();
+        Command::new(&self.script)
+            .arg(args[0])
+            .arg(dir)
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// `cmd` (a shell string) in the guest: stdout, or a panic with stderr.
+    fn sh(&self, cmd: &str) -> String {
+        let out = self.node_vm(&["ssh", cmd]);
+        assert!(
+            out.status.success(),
+            "in the guest: {cmd}: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn copy(&self, file: &Path, guest_dir: &str) {
+        let out = self.node_vm(&["copy", file.to_str().unwrap(), guest_dir]);
+        assert!(
+            out.status.success(),
+            "copy {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A client of the guest's crius, through a forward of its socket to the host socket
+    /// `<name>.sock` (a new name for each forward: a killed ssh leaves its socket file).
+    async fn crius(&self, name: &str) -> Client {
+        let local = self.dir.join(format!("{name}.sock"));
+        let child = Command::new(&self.script)
+            .args(["forward", self.dir.path().to_str().unwrap()])
+            .arg(&local)
+            .arg(GUEST_SOCKET)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let forward = Forward(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !local.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "no forward of {GUEST_SOCKET} after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let channel = connect(&local).await.unwrap();
+        Client {
+            rt: RuntimeServiceClient::new(channel.clone()),
+            image: ImageServiceClient::new(channel),
+            _forward: forward,
+        }
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let out = self.node_vm(&["stop"]);
+        if !out.status.success() {
+            eprintln!("node-vm stop: {}", String::from_utf8_lossy(&out.stderr));
+            self.node_vm(&["kill"]);
+        }
+    }
+}
+
+/// The `node-vm forward` of a client's socket, killed on drop.
+struct Forward(Child);
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Client {
+    rt: RuntimeServiceClient<Channel>,
+    image: ImageServiceClient<Channel>,
+    _forward: Forward,
+}
+
+/// A pod config as kubelet sends one: its log dir under /var/log/pods, the pod's own network.
+fn pod_config(name: &str) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "crius-node".into(),
+            attempt: 0,
+        }),
+        log_directory: format!("/var/log/pods/crius-node_{name}_uid-{name}"),
+        labels: HashMap::from([("pod".to_string(), name.to_string())]),
+        linux: Some(LinuxPodSandboxConfig {
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    network: NamespaceMode::Pod as i32,
+                    pid: NamespaceMode::Pod as i32,
+                    ipc: NamespaceMode::Pod as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// crius restarted by systemd with `[cgroup] driver = "<driver>"` in /etc/crius/config.toml.
+fn use_driver(guest: &Guest, driver: &str) {
+    guest.sh(&format!(
+        "sed -i 's/^driver = .*/driver = \"{driver}\"/' /etc/crius/config.toml && \
+         grep -qx 'driver = \"{driver}\"' /etc/crius/config.toml && \
+         systemctl restart crius && systemctl is-active crius"
+    ));
+}
+
+/// RunPodSandbox, PullImage, CreateContainer, StartContainer, ExecSync, the log, StopContainer,
+/// RemoveContainer, StopPodSandbox, RemovePodSandbox, with the guest's view of each step.
+async fn pod_lifecycle(guest: &Guest, c: &mut Client, image: &str, driver: &str) {
+    let started = Instant::now();
+    let name = format!("smoke-{driver}");
+    let config = pod_config(&name);
+    let pod =
+        c.rt.run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("RunPodSandbox ({driver}): {s:?}\n{}", journal(guest)))
+        .into_inner()
+        .pod_sandbox_id;
+    let status =
+        c.rt.pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: pod.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
+    let ip = status.network.unwrap().ip;
+    assert!(ip.starts_with("10."), "pod ip {ip:?}");
+
+    let image_ref = c
+        .image
+        .pull_image(PullImageRequest {
+            image: Some(ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|s| panic!("PullImage {image}: {s:?}\n{}", journal(guest)))
+        .into_inner()
+        .image_ref;
+    assert!(image_ref.starts_with("sha256:"), "{image_ref}");
+
+    let container = ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: "sh".into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        command: [
+            "sh",
+            "-c",
+            "trap 'exit 0' TERM USR1; echo hello from the node; while :; do sleep 1; done",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        log_path: "sh/0.log".into(),
+        ..Default::default()
+    };
+    let id =
+        c.rt.create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(container),
+            sandbox_config: Some(config.clone()),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("CreateContainer ({driver}): {s:?}\n{}", journal(guest)))
+        .into_inner()
+        .container_id;
+    c.rt.start_container(StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap_or_else(|s| panic!("StartContainer ({driver}): {s:?}\n{}", journal(guest)));
+
+    let exec =
+        c.rt.exec_sync(ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: ["sh", "-c", "echo exec in $(hostname); exit 3"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            timeout: 30,
+        })
+        .await
+        .unwrap_or_else(|s| panic!("ExecSync ({driver}): {s:?}\n{}", journal(guest)))
+        .into_inner();
+    assert_eq!(exec.exit_code, 3, "{exec:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&exec.stdout).trim(),
+        format!("exec in {}", guest.sh("hostname").trim())
+    );
+
+    // The container's process as the node sees it: its cgroup (the driver's layout) and its
+    // AppArmor label.
+    let info =
+        c.rt.container_status(ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        info.status.as_ref().unwrap().state,
+        ContainerState::ContainerRunning as i32
+    );
+    let verbose: serde_json::Value = serde_json::from_str(&info.info["info"]).unwrap();
+    let pid = verbose["pid"].as_i64().expect("pid in the verbose info");
+    let cgroup = guest.sh(&format!("cat /proc/{pid}/cgroup"));
+    let label = guest.sh(&format!("cat /proc/{pid}/attr/apparmor/current"));
+    eprintln!(
+        "node vm ({driver}): container {id} pid {pid}, cgroup {}, apparmor {}",
+        cgroup.trim(),
+        label.trim()
+    );
+    assert!(cgroup.starts_with("0::/"), "not cgroup v2 only: {cgroup}");
+    assert!(cgroup.contains(&id), "{driver} cgroup {cgroup}");
+    if driver == "systemd" {
+        assert!(
+            cgroup.trim().ends_with(&format!("crius-{id}.scope")),
+            "{cgroup}"
+        );
+        let state = guest.sh(&format!("systemctl show -P ActiveState crius-{id}.scope"));
+        assert_eq!(state.trim(), "active");
+    }
+
+    let log = format!("{}/sh/0.log", config.log_directory);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = guest.sh(&format!("cat {log} 2>/dev/null || true"));
+        if text.contains(" stdout F hello from the node") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{log}: {text:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    c.rt.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 20,
+    })
+    .await
+    .unwrap_or_else(|s| panic!("StopContainer ({driver}): {s:?}\n{}", journal(guest)));
+    let status =
+        c.rt.container_status(ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(status.state, ContainerState::ContainerExited as i32);
+    // The test image's stop signal is SIGUSR1, which the trap turns into exit 0.
+    assert_eq!(status.exit_code, 0, "the trap ends the shell: {status:?}");
+
+    c.rt.remove_container(RemoveContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap_or_else(|s| panic!("RemoveContainer ({driver}): {s:?}"));
+    c.rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    })
+    .await
+    .unwrap_or_else(|s| panic!("StopPodSandbox ({driver}): {s:?}\n{}", journal(guest)));
+    c.rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    })
+    .await
+    .unwrap_or_else(|s| panic!("RemovePodSandbox ({driver}): {s:?}\n{}", journal(guest)));
+
+    let pods =
+        c.rt.list_pod_sandbox(ListPodSandboxRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+    assert!(pods.is_empty(), "{pods:?}");
+    // Nothing of the pod is left in the node's cgroups or among systemd's units.
+    let left = guest.sh(&format!(
+        "find /sys/fs/cgroup -name '*{pod}*' -o -name '*{id}*'; \
+         systemctl list-units --all --plain --no-legend '*{pod}*' '*{id}*'"
+    ));
+    assert_eq!(left.trim(), "", "left behind ({driver})");
+    eprintln!(
+        "node vm ({driver}): pod lifecycle in {:.1?}",
+        started.elapsed()
+    );
+}
+
+/// The end of crius's journal in the guest, for a failure's message.
+fn journal(guest: &Guest) -> String {
+    let out = guest.node_vm(&["ssh", "journalctl -u crius --no-pager -n 40"]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crius_deb_runs_pods_on_a_systemd_cgroup2_apparmor_node() {
+    let Some(deb) = std::env::var_os("CRIUS_NODE_DEB") else {
+        eprintln!("skipped: CRIUS_NODE_DEB names no crius .deb to install in the node VM");
+        return;
+    };
+    let registry = Registry::start().unwrap();
+    let pushed = images::push(&registry, TestImage::Busybox).unwrap();
+    let port: u16 = registry
+        .host_port()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let guest_registry = format!("{GUEST_REGISTRY}:{port}");
+    let image = pushed
+        .reference
+        .replace(&registry.host_port(), &guest_registry);
+
+    let guest = Guest::start(port);
+    let node = guest.sh(
+        "systemctl --version | head -1; uname -r; stat -fc %T /sys/fs/cgroup; \
+         cat /sys/module/apparmor/parameters/enabled; \
+         awk '$5 == \"/run\" {print $6}' /proc/self/mountinfo",
+    );
+    eprintln!("node vm: {}", node.trim().replace('\n', " | "));
+    let lines: Vec<&str> = node.lines().collect();
+    assert!(lines[0].starts_with("systemd 257"), "{node}");
+    assert!(lines[1].starts_with("6.12."), "{node}");
+    assert_eq!(lines[2], "cgroup2fs", "{node}");
+    assert_eq!(lines[3], "Y", "AppArmor: {node}");
+
+    let started = Instant::now();
+    guest.copy(Path::new(&deb), "/root/crius.deb");
+    guest.sh("dpkg -i /root/crius.deb && systemctl is-enabled crius");
+    // The host's registry, over plain HTTP, at the guestfwd address.
+    guest.sh(&format!(
+        "mkdir -p /etc/crius/certs.d/{guest_registry} && \
+         printf 'server = \"http://{guest_registry}\"\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml"
+    ));
+    for driver in ["cgroupfs", "systemd"] {
+        use_driver(&guest, driver);
+        let mut client = guest.crius(driver).await;
+        pod_lifecycle(&guest, &mut client, &image, driver).await;
+    }
+    // The service stops cleanly, as on a node's shutdown.
+    guest.sh("systemctl stop crius && ! systemctl is-failed crius");
+    eprintln!("node vm: install and smoke in {:.1?}", started.elapsed());
+}

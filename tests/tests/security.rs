@@ -1321,9 +1321,20 @@ async fn apparmor_and_selinux_requests() {
         try_create(&env, &p, c).await,
         Code::InvalidArgument,
         &[
-            "apparmor profile crius-test-profile",
+            "apparmor profile \"crius-test-profile\"",
             "AppArmor is not enabled",
         ],
+    );
+    // A deprecated profile string that is none of the three forms names the field.
+    let mut c = container(&env, "apparmor-bad-string", &["true"]);
+    #[allow(deprecated)]
+    {
+        sc(&mut c).apparmor_profile = "crius-test-profile".into();
+    }
+    assert_status(
+        try_create(&env, &p, c).await,
+        Code::InvalidArgument,
+        &["apparmor_profile \"crius-test-profile\"", "localhost/<name>"],
     );
     // SELinux labels on a node without SELinux are ignored, as containerd and CRI-O do: an
     // ordinary manifest with seLinuxOptions runs (this node has no SELinux).

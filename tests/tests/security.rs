@@ -1334,7 +1334,10 @@ async fn apparmor_and_selinux_requests() {
     assert_status(
         try_create(&env, &p, c).await,
         Code::InvalidArgument,
-        &["apparmor_profile \"crius-test-profile\"", "localhost/<name>"],
+        &[
+            "apparmor_profile \"crius-test-profile\"",
+            "localhost/<name>",
+        ],
     );
     // SELinux labels on a node without SELinux are ignored, as containerd and CRI-O do: an
     // ordinary manifest with seLinuxOptions runs (this node has no SELinux).

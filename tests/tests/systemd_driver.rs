@@ -177,7 +177,7 @@ async fn pods_and_containers_run_in_systemd_units() {
         assert_eq!(p["CPUShares"], "512");
         assert_eq!(p["MemoryLimit"], (64u64 << 20).to_string());
     } else {
-        assert_eq!(p["CPUWeight"], "20");
+        assert_eq!(p["CPUWeight"], "59");
         assert_eq!(p["MemoryMax"], (64u64 << 20).to_string());
     }
 

@@ -447,7 +447,7 @@ mod tests {
         assert_eq!(prop(&v1, "CPUQuotaPerSecUSec"), Some(&Value::U64(500_000)));
         assert_eq!(prop(&v1, "CPUQuotaPeriodUSec"), Some(&Value::U64(100_000)));
         let v2 = resource_properties(&r, Mode::V2).unwrap();
-        assert_eq!(prop(&v2, "CPUWeight"), Some(&Value::U64(39)));
+        assert_eq!(prop(&v2, "CPUWeight"), Some(&Value::U64(100)));
         assert_eq!(prop(&v2, "CPUShares"), None);
         // A quota that is no whole percent of a CPU rounds up to the next 10 ms per second.
         assert_eq!(quota_per_sec_usec(12_345, 100_000), 130_000);

@@ -1,7 +1,7 @@
 //! cgroup v2: one unified tree, interface files named `<controller>.<setting>`.
 //!
 //! CRI speaks v1 units; here they are converted as kubelet and runc convert them: shares to
-//! `cpu.weight` with `1 + ((shares - 2) * 9999) / 262142`, quota and period into `cpu.max`
+//! `cpu.weight` ([`shares_to_weight`], runc's quadratic), quota and period into `cpu.max`
 //! (`<quota|max> <period>`), and the memory+swap limit into `memory.swap.max` = swap - memory.
 //! `unified` keys are written as given, last, so they override the converted values.
 
@@ -21,22 +21,41 @@ pub struct V2 {
 }
 
 /// cpu.weight for v1 cpu.shares (0 stays 0, "not set"): shares 2..262144 map onto weight
-/// 1..10000.
+/// 1..10000 by the quadratic of `log2(shares)` that runc (since its PR 4785), crun and
+/// opencontainers/cgroups use, which keeps the default: 1024 shares are weight 100, as an
+/// unlimited cgroup's (the linear formula before it gave 39, so a pod with a CPU request of
+/// one core weighed less than a process outside any pod; kubernetes issue 131216).
 pub fn shares_to_weight(shares: u64) -> u64 {
-    if shares == 0 {
-        return 0;
+    match shares {
+        0 => 0,
+        1..=2 => 1,
+        262_144.. => 10_000,
+        _ => {
+            let l = (shares as f64).log2();
+            let exponent = (l * l + 125.0 * l) / 612.0 - 7.0 / 34.0;
+            10f64.powf(exponent).ceil() as u64
+        }
     }
-    1 + ((shares.clamp(2, 262_144) - 2) * 9999) / 262_142
 }
 
 /// The inverse of [`shares_to_weight`]: the smallest shares that give `weight`, so that a
-/// weight read back and converted again stays the same (the mapping is lossy: shares that
-/// differ by less than ~26 share one weight).
+/// weight read back and converted again stays the same (the mapping is lossy: near the
+/// default, about ten shares share one weight). Every weight 1..10000 has shares.
 pub fn weight_to_shares(weight: u64) -> u64 {
     if weight == 0 {
         return 0;
     }
-    2 + ((weight.clamp(1, 10_000) - 1) * 262_142).div_ceil(9999)
+    let weight = weight.clamp(1, 10_000);
+    let (mut low, mut high) = (2u64, 262_144u64);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if shares_to_weight(mid) >= weight {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    low
 }
 
 /// `memory.swap.max` for a CRI memory limit and memory+swap limit (0 = not set, -1 =
@@ -333,11 +352,25 @@ mod tests {
     fn weight_formula_matches_kubelet_and_runc() {
         assert_eq!(shares_to_weight(0), 0);
         assert_eq!(shares_to_weight(2), 1);
-        assert_eq!(shares_to_weight(1024), 39);
+        assert_eq!(shares_to_weight(1024), 100);
         assert_eq!(shares_to_weight(262_144), 10_000);
         assert_eq!(shares_to_weight(1), 1);
+        // Values of the quadratic (opencontainers/cgroups' ConvertCPUSharesToCgroupV2Value).
+        for (shares, weight) in [
+            (3, 2),
+            (6, 3),
+            (10, 4),
+            (102, 17),
+            (512, 59),
+            (2048, 174),
+            (100_000, 4340),
+            (262_143, 10_000),
+        ] {
+            assert_eq!(shares_to_weight(shares), weight, "shares {shares}");
+        }
         assert_eq!(weight_to_shares(1), 2);
-        assert_eq!(weight_to_shares(10_000), 262_144);
+        assert!(weight_to_shares(10_000) <= 262_144);
+        assert!(weight_to_shares(100) <= 1024 && shares_to_weight(weight_to_shares(100) - 1) < 100);
         for w in 1..=10_000 {
             assert_eq!(shares_to_weight(weight_to_shares(w)), w, "weight {w}");
         }
@@ -379,7 +412,7 @@ mod tests {
         };
         h.apply("/pod/c", &r).unwrap();
         assert_eq!(file(&root, "cpu.max"), "25000 50000");
-        assert_eq!(file(&root, "cpu.weight"), "20");
+        assert_eq!(file(&root, "cpu.weight"), "59");
         assert_eq!(file(&root, "memory.max"), (64u64 << 20).to_string());
         assert_eq!(file(&root, "memory.swap.max"), (32u64 << 20).to_string());
         assert_eq!(file(&root, "cpuset.cpus"), "0");

@@ -832,6 +832,9 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
         None => LinuxResources::default(),
     };
     resources.set_devices(Some(rules));
+    if !mounts::host_cgroup_v1() {
+        resources::carry_v2_weight(&mut resources);
+    }
     let oom_score_adj = match cri_resources.map(|r| r.oom_score_adj) {
         Some(v) if v != 0 => Some(
             i32::try_from(v)

@@ -87,9 +87,52 @@ pub fn resources_to_oci(r: &LinuxContainerResources) -> Result<LinuxResources> {
     Ok(builder.build()?)
 }
 
+/// On the unified hierarchy, `cpu.weight` for the spec's CPU shares in `unified`, unless the
+/// request set it there itself: libcontainer 0.7 (and Debian's runc and crun) turn shares into
+/// a weight with the old linear formula at create, and `unified` is written after it, so the
+/// container starts with the weight crius's cgroup layer and runc 1.5 give the same shares
+/// ([`crate::cgroups::v2::shares_to_weight`]).
+pub(crate) fn carry_v2_weight(resources: &mut LinuxResources) {
+    let Some(shares) = resources
+        .cpu()
+        .as_ref()
+        .and_then(|c| c.shares())
+        .filter(|s| *s != 0)
+    else {
+        return;
+    };
+    let mut unified = resources.unified().clone().unwrap_or_default();
+    unified
+        .entry("cpu.weight".to_string())
+        .or_insert_with(|| crate::cgroups::v2::shares_to_weight(shares).to_string());
+    resources.set_unified(Some(unified));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn v2_weight_rides_in_unified_unless_the_request_set_it() {
+        let mut r = resources_to_oci(&LinuxContainerResources {
+            cpu_shares: 1024,
+            ..Default::default()
+        })
+        .unwrap();
+        carry_v2_weight(&mut r);
+        assert_eq!(r.unified().clone().unwrap()["cpu.weight"], "100");
+        let mut own = resources_to_oci(&LinuxContainerResources {
+            cpu_shares: 1024,
+            unified: [("cpu.weight".to_string(), "7".to_string())].into(),
+            ..Default::default()
+        })
+        .unwrap();
+        carry_v2_weight(&mut own);
+        assert_eq!(own.unified().clone().unwrap()["cpu.weight"], "7");
+        let mut none = resources_to_oci(&LinuxContainerResources::default()).unwrap();
+        carry_v2_weight(&mut none);
+        assert!(none.unified().is_none());
+    }
     use crius_api::v1::HugepageLimit;
 
     #[test]

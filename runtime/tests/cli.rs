@@ -47,6 +47,18 @@ impl Dirs {
     }
 }
 
+impl Drop for Dirs {
+    /// crius mounts its exec tmpfs at `<state>/bin` (there until reboot on a node): taken off
+    /// before the directory goes, lazily, so a daemon still running does not keep it.
+    fn drop(&mut self) {
+        let bin = self.path("state/bin");
+        if let Ok(c) = std::ffi::CString::new(bin.as_os_str().as_encoded_bytes()) {
+            // SAFETY: `c` is a valid NUL-terminated path; umount2 touches nothing else.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
 /// A started daemon, killed in Drop if the test did not stop it.
 struct Daemon(Option<Child>);
 

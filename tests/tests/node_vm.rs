@@ -123,11 +123,23 @@ impl Guest {
 }
 
 impl Drop for Guest {
+    /// Never panics (a panic while unwinding would abort the test run): a failed stop is
+    /// reported and the guest killed.
     fn drop(&mut self) {
-        let out = self.node_vm(&["stop"]);
-        if !out.status.success() {
-            eprintln!("node-vm stop: {}", String::from_utf8_lossy(&out.stderr));
-            self.node_vm(&["kill"]);
+        let run = |what: &str| {
+            Command::new(&self.script)
+                .arg(what)
+                .arg(self.dir.path())
+                .stdin(Stdio::null())
+                .output()
+        };
+        match run("stop") {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                eprintln!("node-vm stop: {}", String::from_utf8_lossy(&out.stderr));
+                let _ = run("kill");
+            }
+            Err(e) => eprintln!("node-vm stop: {e}"),
         }
     }
 }
@@ -190,15 +202,7 @@ async fn pod_lifecycle(guest: &Guest, c: &mut Client, image: &str, driver: &str)
     let started = Instant::now();
     let name = format!("smoke-{driver}");
     let config = pod_config(&name);
-    let pod =
-        c.rt.run_pod_sandbox(RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap_or_else(|s| panic!("RunPodSandbox ({driver}): {s:?}\n{}", journal(guest)))
-        .into_inner()
-        .pod_sandbox_id;
+    let pod = run_pod(guest, c, &config).await;
     let status =
         c.rt.pod_sandbox_status(PodSandboxStatusRequest {
             pod_sandbox_id: pod.clone(),
@@ -228,41 +232,23 @@ async fn pod_lifecycle(guest: &Guest, c: &mut Client, image: &str, driver: &str)
         .image_ref;
     assert!(image_ref.starts_with("sha256:"), "{image_ref}");
 
-    let container = ContainerConfig {
-        metadata: Some(ContainerMetadata {
-            name: "sh".into(),
-            attempt: 0,
-        }),
-        image: Some(ImageSpec {
-            image: image.into(),
-            ..Default::default()
-        }),
-        command: [
+    let container = container_config(
+        "sh",
+        image,
+        &[
             "sh",
             "-c",
             "trap 'exit 0' TERM USR1; echo hello from the node; while :; do sleep 1; done",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        log_path: "sh/0.log".into(),
-        ..Default::default()
-    };
-    let id =
-        c.rt.create_container(CreateContainerRequest {
-            pod_sandbox_id: pod.clone(),
-            config: Some(container),
-            sandbox_config: Some(config.clone()),
-        })
+        ],
+    );
+    let id = create_start(c, &pod, &config, container)
         .await
-        .unwrap_or_else(|s| panic!("CreateContainer ({driver}): {s:?}\n{}", journal(guest)))
-        .into_inner()
-        .container_id;
-    c.rt.start_container(StartContainerRequest {
-        container_id: id.clone(),
-    })
-    .await
-    .unwrap_or_else(|s| panic!("StartContainer ({driver}): {s:?}\n{}", journal(guest)));
+        .unwrap_or_else(|s| {
+            panic!(
+                "Create/StartContainer ({driver}): {s:?}\n{}",
+                journal(guest)
+            )
+        });
 
     let exec =
         c.rt.exec_sync(ExecSyncRequest {
@@ -284,20 +270,11 @@ async fn pod_lifecycle(guest: &Guest, c: &mut Client, image: &str, driver: &str)
 
     // The container's process as the node sees it: its cgroup (the driver's layout) and its
     // AppArmor label.
-    let info =
-        c.rt.container_status(ContainerStatusRequest {
-            container_id: id.clone(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
     assert_eq!(
-        info.status.as_ref().unwrap().state,
+        container_status(c, &id).await.state,
         ContainerState::ContainerRunning as i32
     );
-    let verbose: serde_json::Value = serde_json::from_str(&info.info["info"]).unwrap();
-    let pid = verbose["pid"].as_i64().expect("pid in the verbose info");
+    let pid = init_pid(c, &id).await;
     let cgroup = guest.sh(&format!("cat /proc/{pid}/cgroup"));
     let label = guest.sh(&format!("cat /proc/{pid}/attr/apparmor/current"));
     eprintln!(
@@ -333,16 +310,7 @@ async fn pod_lifecycle(guest: &Guest, c: &mut Client, image: &str, driver: &str)
     })
     .await
     .unwrap_or_else(|s| panic!("StopContainer ({driver}): {s:?}\n{}", journal(guest)));
-    let status =
-        c.rt.container_status(ContainerStatusRequest {
-            container_id: id.clone(),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status
-        .unwrap();
+    let status = container_status(c, &id).await;
     assert_eq!(status.state, ContainerState::ContainerExited as i32);
     // The test image's stop signal is SIGUSR1, which the trap turns into exit 0.
     assert_eq!(status.exit_code, 0, "the trap ends the shell: {status:?}");
@@ -433,8 +401,326 @@ async fn crius_deb_runs_pods_on_a_systemd_cgroup2_apparmor_node() {
         use_driver(&guest, driver);
         let mut client = guest.crius(driver).await;
         pod_lifecycle(&guest, &mut client, &image, driver).await;
+        if driver == "systemd" {
+            confinement(&guest, &mut client, &image).await;
+        }
     }
     // The service stops cleanly, as on a node's shutdown.
     guest.sh("systemctl stop crius && ! systemctl is-failed crius");
     eprintln!("node vm: install and smoke in {:.1?}", started.elapsed());
+}
+
+/// A container `name` of `image` running `command`, its log at `<name>/0.log`.
+fn container_config(name: &str, image: &str, command: &[&str]) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        log_path: format!("{name}/0.log"),
+        ..Default::default()
+    }
+}
+
+/// RunPodSandbox of `config` with the default handler: the pod's id.
+async fn run_pod(guest: &Guest, c: &mut Client, config: &PodSandboxConfig) -> String {
+    c.rt.run_pod_sandbox(RunPodSandboxRequest {
+        config: Some(config.clone()),
+        runtime_handler: String::new(),
+    })
+    .await
+    .unwrap_or_else(|s| panic!("RunPodSandbox: {s:?}\n{}", journal(guest)))
+    .into_inner()
+    .pod_sandbox_id
+}
+
+/// The ContainerStatus of `id`.
+async fn container_status(c: &mut Client, id: &str) -> ContainerStatus {
+    c.rt.container_status(ContainerStatusRequest {
+        container_id: id.into(),
+        verbose: false,
+    })
+    .await
+    .unwrap_or_else(|s| panic!("ContainerStatus {id}: {s:?}"))
+    .into_inner()
+    .status
+    .expect("a status")
+}
+
+/// The node's pid of container `id`'s init, from its verbose status.
+async fn init_pid(c: &mut Client, id: &str) -> i64 {
+    let info =
+        c.rt.container_status(ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: true,
+        })
+        .await
+        .unwrap_or_else(|s| panic!("ContainerStatus {id}: {s:?}"))
+        .into_inner()
+        .info;
+    let verbose: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
+    verbose["pid"].as_i64().expect("pid in the verbose info")
+}
+
+/// `sh -c <script>` in container `id` through ExecSync: (exit code, stdout, stderr).
+async fn exec_sh(c: &mut Client, id: &str, script: &str) -> (i32, String, String) {
+    let out =
+        c.rt.exec_sync(ExecSyncRequest {
+            container_id: id.into(),
+            cmd: ["sh", "-c", script].iter().map(|s| s.to_string()).collect(),
+            timeout: 30,
+        })
+        .await
+        .unwrap_or_else(|s| panic!("ExecSync {script:?}: {s:?}"))
+        .into_inner();
+    (
+        out.exit_code,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A container of `pod` running `sleep`, with `apparmor` and the resources given, started.
+async fn sleeper(
+    c: &mut Client,
+    pod: &str,
+    pod_config: &PodSandboxConfig,
+    image: &str,
+    name: &str,
+    apparmor: Option<SecurityProfile>,
+    privileged: bool,
+) -> Result<String, tonic::Status> {
+    let config = ContainerConfig {
+        linux: Some(LinuxContainerConfig {
+            resources: Some(LinuxContainerResources {
+                memory_limit_in_bytes: 64 << 20,
+                cpu_period: 100_000,
+                cpu_quota: 50_000,
+                cpu_shares: 512,
+                ..Default::default()
+            }),
+            security_context: Some(LinuxContainerSecurityContext {
+                apparmor,
+                privileged,
+                ..Default::default()
+            }),
+        }),
+        ..container_config(name, image, &["sleep", "600"])
+    };
+    create_start(c, pod, pod_config, config).await
+}
+
+/// CreateContainer of `config` in `pod`, then StartContainer: the new id, or the first error.
+async fn create_start(
+    c: &mut Client,
+    pod: &str,
+    pod_config: &PodSandboxConfig,
+    config: ContainerConfig,
+) -> Result<String, tonic::Status> {
+    let id =
+        c.rt.create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.into(),
+            config: Some(config),
+            sandbox_config: Some(pod_config.clone()),
+        })
+        .await?
+        .into_inner()
+        .container_id;
+    c.rt.start_container(StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await?;
+    Ok(id)
+}
+
+/// What a workload sees of its confinement on this node: its own cgroup namespace with its
+/// limits at /sys/fs/cgroup (read-only), crius's default AppArmor profile on the container and
+/// its exec'd processes, a Localhost profile enforced, one that is not loaded refused by name,
+/// and a privileged container with neither.
+async fn confinement(guest: &Guest, c: &mut Client, image: &str) {
+    let mut config = pod_config("confined");
+    if let Some(sc) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+    {
+        sc.privileged = true;
+    }
+    let pod = run_pod(guest, c, &config).await;
+
+    let id = sleeper(c, &pod, &config, image, "default", None, false)
+        .await
+        .unwrap_or_else(|s| panic!("CreateContainer: {s:?}\n{}", journal(guest)));
+    let (code, out, err) = exec_sh(
+        c,
+        &id,
+        "cat /proc/self/cgroup; cat /proc/self/attr/current; echo; \
+         cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/cpu.max /sys/fs/cgroup/cpu.weight; \
+         ls /sys/fs/cgroup | grep -c -e '^crius' -e '\\.slice$' -e '\\.scope$'; \
+         touch /sys/fs/cgroup/x 2>&1 | grep -c 'Read-only file system'",
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    // (AppArmor ends `attr/current` with a newline, some kernels' LSM files not.)
+    let lines: Vec<&str> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    eprintln!("node vm: inside a container: {}", lines.join(" | "));
+    assert_eq!(lines[0], "0::/", "its own cgroup namespace: {out}");
+    assert_eq!(lines[1], "crius-default (enforce)", "exec'd process: {out}");
+    assert_eq!(lines[2], (64u64 << 20).to_string(), "memory.max: {out}");
+    assert_eq!(lines[3], "50000 100000", "cpu.max: {out}");
+    // 512 shares, by runc 1.5's conversion (the linear one gave 20).
+    assert_eq!(lines[4], "59", "cpu.weight: {out}");
+    assert_eq!(lines[5], "0", "other cgroups visible: {out}");
+    assert_eq!(lines[6], "1", "/sys/fs/cgroup writable: {out}");
+    let pid = init_pid(c, &id).await;
+    let label = guest.sh(&format!("cat /proc/{pid}/attr/apparmor/current"));
+    assert_eq!(
+        label.trim(),
+        "crius-default (enforce)",
+        "the container's init"
+    );
+
+    // The container's scope outlives systemd's daemon-reload and a restart of crius, and the
+    // container is the same one afterwards (same init, still confined).
+    guest.sh("systemctl daemon-reload && systemctl restart crius && systemctl is-active crius");
+    let scope = guest.sh(&format!("systemctl show -P ActiveState crius-{id}.scope"));
+    assert_eq!(scope.trim(), "active", "the scope after the restarts");
+    // (The client's connection broke with the restart: the first calls may be Unavailable.)
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.rt.version(VersionRequest::default()).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "crius answers no call after its restart"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (code, out, err) = exec_sh(c, &id, "cat /proc/self/cgroup /proc/self/attr/current").await;
+    assert_eq!(code, 0, "exec after crius's restart: {out}{err}");
+    assert!(out.starts_with("0::/\ncrius-default (enforce)"), "{out}");
+    let again = guest.sh(&format!("cat /proc/{pid}/attr/apparmor/current"));
+    assert_eq!(
+        again.trim(),
+        "crius-default (enforce)",
+        "the same init after the restart"
+    );
+
+    // A Localhost profile the node loaded is enforced; one it did not is refused by name.
+    guest.sh(
+        "printf 'profile crius-test-deny-write flags=(attach_disconnected) {\\n  file,\\n  \
+         deny /** w,\\n}\\n' > /root/deny-write && apparmor_parser --replace /root/deny-write",
+    );
+    let localhost = |name: &str| SecurityProfile {
+        profile_type: security_profile::ProfileType::Localhost as i32,
+        localhost_ref: name.into(),
+    };
+    let denied = sleeper(
+        c,
+        &pod,
+        &config,
+        image,
+        "deny-write",
+        Some(localhost("crius-test-deny-write")),
+        false,
+    )
+    .await
+    .unwrap_or_else(|s| panic!("CreateContainer (Localhost): {s:?}\n{}", journal(guest)));
+    let (code, out, err) = exec_sh(
+        c,
+        &denied,
+        "cat /proc/self/attr/current; echo; echo x > /tmp/x",
+    )
+    .await;
+    assert!(out.starts_with("crius-test-deny-write (enforce)"), "{out}");
+    assert_ne!(code, 0, "a write under deny-write: {out}{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    let missing = sleeper(
+        c,
+        &pod,
+        &config,
+        image,
+        "missing",
+        Some(localhost("crius-test-not-loaded")),
+        false,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::InvalidArgument, "{missing:?}");
+    assert!(
+        missing.message().contains("crius-test-not-loaded")
+            && missing.message().contains("not loaded"),
+        "{missing:?}"
+    );
+
+    // An OOM kill under the driver's cgroup (memory.events of its scope or cgroup) is reported.
+    let hog = ContainerConfig {
+        linux: Some(LinuxContainerConfig {
+            resources: Some(LinuxContainerResources {
+                memory_limit_in_bytes: 32 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..container_config(
+            "hog",
+            image,
+            &[
+                "sh",
+                "-c",
+                "x=0123456789abcdef; while true; do x=$x$x; done",
+            ],
+        )
+    };
+    let hog = create_start(c, &pod, &config, hog)
+        .await
+        .unwrap_or_else(|s| panic!("the hog: {s:?}\n{}", journal(guest)));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        let status = container_status(c, &hog).await;
+        if status.state == ContainerState::ContainerExited as i32 {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the hog still runs: {status:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(status.reason, "OOMKilled", "{status:?}");
+    assert_eq!(status.exit_code, 137, "{status:?}");
+
+    // Privileged: unconfined, the node's cgroup namespace.
+    let privileged = sleeper(c, &pod, &config, image, "privileged", None, true)
+        .await
+        .unwrap_or_else(|s| panic!("CreateContainer (privileged): {s:?}\n{}", journal(guest)));
+    let (_, out, _) = exec_sh(
+        c,
+        &privileged,
+        "cat /proc/self/attr/current; echo; cat /proc/self/cgroup",
+    )
+    .await;
+    let lines: Vec<&str> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines[0], "unconfined", "{out}");
+    assert_ne!(lines[1], "0::/", "{out}");
+
+    c.rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    })
+    .await
+    .unwrap();
+    c.rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod,
+    })
+    .await
+    .unwrap();
+    guest.sh("apparmor_parser --remove /root/deny-write");
 }

@@ -27,7 +27,7 @@ TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils op
                  python3-venv runc crun runsc tinyproxy containerd
 
 .PHONY: run test unit e2e build build-debug build-release install deb cargo-deb cargo-deny deps-run deps-test \
-        check-rust lint test-node node-vm-deps node-vm-image node-vm-deb
+        check-rust lint test-node bench-node node-vm-deps node-vm-image node-vm-deb
 
 # `make install`: where things go (DESTDIR is prepended to every path, for packaging).
 PREFIX     ?= /usr/local
@@ -173,7 +173,8 @@ cargo-deny: check-rust
 # AppArmor, Linux 6.12) built by debootstrap, cached in /var/cache/crius-node-vm/<hash of its
 # inputs>/ and booted by qemu (KVM where the CPU has it, TCG otherwise). test-node installs
 # crius's package in it and runs the pod smoke of tests/tests/node_vm.rs with both cgroup
-# drivers, then critest when CRITEST names a critest binary. NODE_DEB: the package to test
+# drivers, then critest with each driver when CRITEST names a critest binary (results in
+# /tmp/critest-node-vm-<driver>.txt). NODE_DEB: the package to test
 # (default: the static debug build packaged by contrib/node-vm/debug-deb, as `make test` does;
 # `make deb` makes the release one).
 #  debootstrap, debian-archive-keyring: the guest's root file system from Debian's archive
@@ -189,7 +190,17 @@ CRITEST   ?=
 
 test-node: deps-test node-vm-deps build node-vm-image $(if $(filter $(DEBUG_DEB),$(NODE_DEB)),node-vm-deb)
 	CRIUS_NODE_DEB=$(abspath $(NODE_DEB)) $(TEST_ENV) $(TEST_CARGO) --test node_vm -- --nocapture
-	$(if $(CRITEST),./contrib/node-vm/critest $(abspath $(CRITEST)) $(abspath $(NODE_DEB)))
+	$(if $(CRITEST),for driver in cgroupfs systemd; do \
+	  CRIUS_NODE_VM_CGROUP_DRIVER=$$driver ./contrib/node-vm/critest $(abspath $(CRITEST)) \
+	    $(abspath $(NODE_DEB)) /tmp/critest-node-vm-$$driver.txt || exit 1; done)
+
+# crius's release package against Debian 13's containerd 1.7 in the same guest (node_vm.rs,
+# bench_pod_start_against_containerd): the medians of RunPodSandbox and of create + start over
+# BENCH_PODS pods each, and their ratios. Prints figures, asserts none.
+BENCH_PODS ?= 10
+bench-node: deps-test node-vm-deps build node-vm-image deb
+	CRIUS_NODE_VM_BENCH=$(BENCH_PODS) CRIUS_NODE_DEB="$$(ls -t $(CURDIR)/target/debian/crius_*.deb | head -1)" \
+	  $(TEST_ENV) $(TEST_CARGO) --test node_vm bench_pod_start_against_containerd -- --nocapture
 
 node-vm-deps:
 	@./.ci/install-deps $(NODE_VM_PACKAGES)

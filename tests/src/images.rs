@@ -143,6 +143,9 @@ pub enum TestImage {
     User,
     /// busybox with declared `Volumes` and content at some of them: see [`volumes`].
     Volumes,
+    /// busybox whose `Cmd` sleeps for 68 years: a pause image for a runtime that needs one
+    /// (containerd's `sandbox_image` in the node VM's comparison).
+    Sleeper,
 }
 
 impl TestImage {
@@ -154,6 +157,7 @@ impl TestImage {
             TestImage::MultiLayer => "crius-test/multi-layer",
             TestImage::User => "crius-test/user",
             TestImage::Volumes => "crius-test/volumes",
+            TestImage::Sleeper => "crius-test/sleeper",
         }
     }
 }
@@ -308,6 +312,11 @@ fn build_image(image: TestImage) -> Result<(Format, Built)> {
                 .into();
             let layers = vec![base, Arc::new(volumes_layer()?)];
             (Format::Oci, assemble(config, layers, host_arch()))
+        }
+        TestImage::Sleeper => {
+            let mut config = busybox_config();
+            config["Cmd"] = json!(["sleep", "2147483647"]);
+            (Format::Oci, assemble(config, vec![base], host_arch()))
         }
     })
 }

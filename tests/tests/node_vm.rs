@@ -96,11 +96,16 @@ impl Guest {
     /// A client of the guest's crius, through a forward of its socket to the host socket
     /// `<name>.sock` (a new name for each forward: a killed ssh leaves its socket file).
     async fn crius(&self, name: &str) -> Client {
+        self.client(name, GUEST_SOCKET).await
+    }
+
+    /// A CRI client of the guest's unix socket `socket`, forwarded as [`Guest::crius`] does.
+    async fn client(&self, name: &str, socket: &str) -> Client {
         let local = self.dir.join(format!("{name}.sock"));
         let child = Command::new(&self.script)
             .args(["forward", self.dir.path().to_str().unwrap()])
             .arg(&local)
-            .arg(GUEST_SOCKET)
+            .arg(socket)
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -109,7 +114,7 @@ impl Guest {
         while !local.exists() {
             assert!(
                 Instant::now() < deadline,
-                "no forward of {GUEST_SOCKET} after 30 s"
+                "no forward of {socket} after 30 s"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -723,4 +728,143 @@ async fn confinement(guest: &Guest, c: &mut Client, image: &str) {
     .await
     .unwrap();
     guest.sh("apparmor_parser --remove /root/deny-write");
+}
+
+/// containerd's CRI config in the guest for [`bench_pod_start_against_containerd`]: Debian 13's
+/// containerd 1.7 with runc and the cgroupfs driver (crius's default), Debian's CNI plugins and
+/// the same network config as crius, the host's registry through crius's hosts files, and the
+/// sleeper image as its pause.
+fn containerd_config(sandbox_image: &str) -> String {
+    format!(
+        "version = 2\n\
+         [plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{sandbox_image}\"\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/usr/lib/cni\"\n  \
+         conf_dir = \"/etc/cni/net.d\"\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/crius/certs.d\"\n"
+    )
+}
+
+fn median_ms(samples: &mut [Duration]) -> f64 {
+    samples.sort();
+    samples
+        .get(samples.len() / 2)
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+}
+
+/// A benchmark, not a test: RunPodSandbox, and CreateContainer + StartContainer, in the node VM,
+/// crius against the containerd 1.7 Debian 13 ships in the same guest (runc, cgroupfs, the same
+/// bridge network and image), one call at a time, the two runtimes interleaved. It prints the
+/// medians and their ratios and asserts nothing about time (absolute times under TCG mean
+/// little; the ratio is the figure). Runs only when `CRIUS_NODE_VM_BENCH` gives the number of
+/// pods per runtime (`make bench-node`), with `CRIUS_NODE_DEB` as for the smoke.
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_pod_start_against_containerd() {
+    let (Some(deb), Some(rounds)) = (
+        std::env::var_os("CRIUS_NODE_DEB"),
+        std::env::var("CRIUS_NODE_VM_BENCH")
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok()),
+    ) else {
+        eprintln!("skipped: set CRIUS_NODE_VM_BENCH=<pods per runtime> and CRIUS_NODE_DEB");
+        return;
+    };
+    let registry = Registry::start().unwrap();
+    let busybox = images::push(&registry, TestImage::Busybox).unwrap();
+    let sleeper = images::push(&registry, TestImage::Sleeper).unwrap();
+    let port: u16 = registry
+        .host_port()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let guest_registry = format!("{GUEST_REGISTRY}:{port}");
+    let in_guest = |r: &str| r.replace(&registry.host_port(), &guest_registry);
+    let (image, pause) = (in_guest(&busybox.reference), in_guest(&sleeper.reference));
+
+    let guest = Guest::start(port);
+    guest.copy(Path::new(&deb), "/root/crius.deb");
+    guest.sh("dpkg -i /root/crius.deb >/dev/null");
+    guest.sh(&format!(
+        "mkdir -p /etc/crius/certs.d/{guest_registry} && \
+         printf 'server = \"http://{guest_registry}\"\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml && \
+         mkdir -p /etc/containerd && cat > /etc/containerd/config.toml <<'EOF'\n{}EOF\n\
+         systemctl restart crius containerd && systemctl is-active crius containerd",
+        containerd_config(&pause)
+    ));
+    let versions = guest.sh("crius --version; containerd --version; runc --version | head -1");
+    eprintln!("node vm bench: {}", versions.trim().replace('\n', " | "));
+    let mut runtimes = [
+        ("crius", guest.crius("bench-crius").await),
+        (
+            "containerd",
+            guest
+                .client("bench-containerd", "/run/containerd/containerd.sock")
+                .await,
+        ),
+    ];
+    for (name, c) in runtimes.iter_mut() {
+        let wanted = if *name == "containerd" {
+            vec![image.clone(), pause.clone()]
+        } else {
+            vec![image.clone()]
+        };
+        for i in wanted {
+            c.image
+                .pull_image(PullImageRequest {
+                    image: Some(ImageSpec {
+                        image: i.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .unwrap_or_else(|s| panic!("{name}: PullImage {i}: {s:?}"));
+        }
+    }
+    let mut run_pod = [Vec::new(), Vec::new()];
+    let mut starts = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        for (k, (name, c)) in runtimes.iter_mut().enumerate() {
+            let config = pod_config(&format!("bench-{name}-{round}"));
+            let started = Instant::now();
+            let pod =
+                c.rt.run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(config.clone()),
+                    runtime_handler: String::new(),
+                })
+                .await
+                .unwrap_or_else(|s| panic!("{name}: RunPodSandbox: {s:?}"))
+                .into_inner()
+                .pod_sandbox_id;
+            run_pod[k].push(started.elapsed());
+            let container = container_config("sleep", &image, &["sleep", "600"]);
+            let started = Instant::now();
+            create_start(c, &pod, &config, container)
+                .await
+                .unwrap_or_else(|s| panic!("{name}: create and start: {s:?}"));
+            starts[k].push(started.elapsed());
+            c.rt.stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: pod.clone(),
+            })
+            .await
+            .unwrap_or_else(|s| panic!("{name}: StopPodSandbox: {s:?}"));
+            c.rt.remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: pod,
+            })
+            .await
+            .unwrap_or_else(|s| panic!("{name}: RemovePodSandbox: {s:?}"));
+        }
+    }
+    for (what, samples) in [
+        ("RunPodSandbox", &mut run_pod),
+        ("CreateContainer + StartContainer", &mut starts),
+    ] {
+        let (ours, theirs) = (median_ms(&mut samples[0]), median_ms(&mut samples[1]));
+        eprintln!(
+            "node vm bench: {what}, median of {rounds}: crius {ours:.1} ms, containerd \
+             {theirs:.1} ms, crius/containerd {:.2}",
+            ours / theirs
+        );
+    }
 }

@@ -787,7 +787,8 @@ async fn bench_pod_start_against_containerd() {
     guest.sh("dpkg -i /root/crius.deb >/dev/null");
     guest.sh(&format!(
         "mkdir -p /etc/crius/certs.d/{guest_registry} && \
-         printf 'server = \"http://{guest_registry}\"\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml && \
+         printf 'server = \"http://{guest_registry}\"\\n\\n[host.\"http://{guest_registry}\"]\\n  \
+         capabilities = [\"pull\", \"resolve\"]\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml && \
          mkdir -p /etc/containerd && cat > /etc/containerd/config.toml <<'EOF'\n{}EOF\n\
          systemctl restart crius containerd && systemctl is-active crius containerd",
         containerd_config(&pause)

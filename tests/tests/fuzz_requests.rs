@@ -72,7 +72,7 @@ const DEVICES: &[&str] = &[
 struct Host {
     paths: Vec<String>,
     cgroups: Vec<String>,
-    _dir: crius_tests::TestDir,
+    dir: crius_tests::TestDir,
     _cgroup: common::HostCgroup,
 }
 
@@ -103,13 +103,22 @@ impl Host {
         Host {
             paths,
             cgroups,
-            _dir: dir,
+            dir,
             _cgroup: cgroup,
         }
     }
 
     fn pick(&self, rng: &mut Rng) -> String {
         self.paths[rng.below(self.paths.len() as u64) as usize].clone()
+    }
+
+    /// A path of [`Host::pick`] below the test's own directory, for a request that makes a
+    /// file at `<path>/<name>`: joined to `""` or `..` it would name `/<name>` or a file
+    /// beside crius's working directory, and a checkpoint written there stayed on the node.
+    fn pick_inside(&self, rng: &mut Rng) -> String {
+        let dir = self.dir.path().to_str().unwrap();
+        let inside: Vec<&String> = self.paths.iter().filter(|p| p.starts_with(dir)).collect();
+        inside[rng.below(inside.len() as u64) as usize].clone()
     }
 
     fn pick_cgroup(&self, rng: &mut Rng) -> String {
@@ -876,7 +885,7 @@ async fn odd_calls_on_a_running_container_are_refused_by_the_request_or_answered
                 }
                 10 => {
                     let location = match rng.below(2) {
-                        0 => format!("{}/cp{seed}-{round}.tar", host.pick(&mut rng)),
+                        0 => format!("{}/cp{seed}-{round}.tar", host.pick_inside(&mut rng)),
                         _ => host.pick(&mut rng),
                     };
                     let req = CheckpointContainerRequest {
@@ -922,6 +931,14 @@ async fn odd_calls_on_a_running_container_are_refused_by_the_request_or_answered
     }
     println!("answers: {answers:?}");
     assert!(problems.is_empty(), "{problems:#?}");
+    // Checkpoints went to the test's directory only, none to the node's root.
+    let strays: Vec<_> = std::fs::read_dir("/")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cp") && n.ends_with(".tar"))
+        .collect();
+    assert!(strays.is_empty(), "checkpoints left in /: {strays:?}");
     let status = env.status(&ctr).await;
     assert_eq!(
         status.state,

@@ -14,6 +14,8 @@ pub struct Mount<'a> {
     pub mount_point: PathBuf,
     /// `cgroup2`, `overlay`, `tmpfs`, ...
     pub fs_type: &'a str,
+    /// The mount source (`tmpfs`, `/dev/vda1`, the name a tmpfs was mounted with, ...).
+    pub source: &'a str,
     /// The per-superblock options (for a v1 cgroup mount, its controllers among them).
     pub super_options: &'a str,
 }
@@ -24,10 +26,12 @@ pub fn parse_line(line: &str) -> Option<Mount<'_>> {
     let mount_point = head.split(' ').nth(4)?;
     let mut tail = tail.split(' ');
     let fs_type = tail.next()?;
-    let super_options = tail.nth(1).unwrap_or("");
+    let source = tail.next().unwrap_or("");
+    let super_options = tail.next().unwrap_or("");
     Some(Mount {
         mount_point: PathBuf::from(OsString::from_vec(unescape(mount_point))),
         fs_type,
+        source,
         super_options,
     })
 }
@@ -111,7 +115,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_mount_point_type_and_super_options() {
+    fn reads_mount_point_type_source_and_super_options() {
         let text = "36 35 98:0 /mnt1 /mnt\\040with\\040space rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n\
                     25 1 0:22 / /sys/fs/cgroup/cpu,cpuacct rw shared:9 - cgroup cgroup rw,cpu,cpuacct\n\
                     garbage\n";
@@ -119,6 +123,7 @@ mod tests {
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].mount_point, PathBuf::from("/mnt with space"));
         assert_eq!(all[0].fs_type, "ext3");
+        assert_eq!(all[0].source, "/dev/root");
         assert_eq!(all[0].super_options, "rw,errors=continue");
         assert_eq!(all[1].fs_type, "cgroup");
         assert_eq!(all[1].super_options, "rw,cpu,cpuacct");

@@ -287,7 +287,10 @@ pub fn prepare_exec_dir(
 ) -> Result<(), PrepareExecDirError> {
     mkdir(dir)?;
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let ours = mount_source(&info, dir) == Some(("tmpfs", EXEC_DIR_SOURCE));
+    let ours = crius_common::mountinfo::mounts(&info)
+        .filter(|m| m.mount_point == dir)
+        .last()
+        .is_some_and(|m| m.fs_type == "tmpfs" && m.source == EXEC_DIR_SOURCE);
     let exec = |p: &Path| {
         allows_exec(p).map_err(|source| MountError::Stat {
             path: p.to_path_buf(),
@@ -299,12 +302,16 @@ pub fn prepare_exec_dir(
     }
     match mount_fn(dir) {
         Ok(()) if exec(dir)? => Ok(()),
-        Ok(()) => Err(NoExec {
-            dir: dir.to_path_buf(),
-            mount_point: dir.to_path_buf(),
-            reason: "the new mount is noexec too".into(),
+        Ok(()) => {
+            // Not left behind: the next start would take it for crius's own.
+            unmount(dir)?;
+            Err(NoExec {
+                dir: dir.to_path_buf(),
+                mount_point: dir.to_path_buf(),
+                reason: "the new mount is noexec too".into(),
+            }
+            .into())
         }
-        .into()),
         Err(e) if exec(dir)? => {
             tracing::warn!(
                 "could not mount a tmpfs on {}: {e}; executing from the directory as it is",
@@ -328,18 +335,6 @@ pub enum PrepareExecDirError {
     Mount(#[from] MountError),
     #[error(transparent)]
     NoExec(#[from] NoExec),
-}
-
-/// The filesystem type and source of the last mountinfo line whose mount point is `dir` (the
-/// mount on top).
-fn mount_source<'a>(mountinfo: &'a str, dir: &Path) -> Option<(&'a str, &'a str)> {
-    let line = mountinfo
-        .lines()
-        .rev()
-        .find(|l| crius_common::mountinfo::parse_line(l).is_some_and(|m| m.mount_point == dir))?;
-    let (_, tail) = line.split_once(" - ")?;
-    let mut fields = tail.split(' ');
-    Some((fields.next()?, fields.next()?))
 }
 
 /// Mounts crius's exec tmpfs on `dir` ([`prepare_exec_dir`]).
@@ -384,11 +379,6 @@ mod tests {
             Path::new("/run/crius/bin")
         );
         assert_eq!(mount_point_of(Path::new("/var/lib"), info), Path::new("/"));
-        assert_eq!(
-            mount_source(info, Path::new("/run/crius/bin")),
-            Some(("tmpfs", "crius-bin"))
-        );
-        assert_eq!(mount_source(info, Path::new("/nowhere")), None);
     }
 
     /// A state directory on a `noexec` mount: crius's tmpfs makes `bin` executable, a second

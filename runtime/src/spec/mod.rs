@@ -104,6 +104,7 @@ pub fn process_args_cwd(
     ))
 }
 
+pub(crate) use mounts::host_cgroup_v1;
 pub(crate) use mounts::id_mappings;
 pub use resources::resources_to_oci;
 pub use signal::{cri_signal, stop_signal};
@@ -777,7 +778,9 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     }
 
     let mut namespaces = container_namespaces(input, pod_ns, ns, userns.is_some())?;
-    if wants_cgroup_namespace(privileged, !mounts::host_cgroup_v1()) {
+    // One look at the node's hierarchy for the namespace, the cgroup mount and the weight.
+    let cgroup_v1 = mounts::host_cgroup_v1();
+    if wants_cgroup_namespace(privileged, !cgroup_v1) {
         namespaces.push(namespace(LinuxNamespaceType::Cgroup, None)?);
     }
 
@@ -799,7 +802,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
         mode(ns.map_or(0, |n| n.pid), "pid")?,
         NamespaceMode::Pod | NamespaceMode::Target
     );
-    if input.builtin && joins_pid_ns && mounts::host_cgroup_v1() {
+    if input.builtin && joins_pid_ns && cgroup_v1 {
         standard.retain(|m| m.destination() != Path::new("/sys/fs/cgroup"));
         standard.push(mounts::host_cgroup_bind(privileged)?);
     }
@@ -832,7 +835,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
         None => LinuxResources::default(),
     };
     resources.set_devices(Some(rules));
-    if !mounts::host_cgroup_v1() {
+    if !cgroup_v1 {
         resources::carry_v2_weight(&mut resources);
     }
     let oom_score_adj = match cri_resources.map(|r| r.oom_score_adj) {

@@ -163,6 +163,11 @@ impl Registry {
         format!("http://{}", self.host_port())
     }
 
+    /// The loopback port it serves on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// `127.0.0.1:PORT`, the registry host as it appears in image references.
     pub fn host_port(&self) -> String {
         format!("127.0.0.1:{}", self.port)

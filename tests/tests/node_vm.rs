@@ -369,13 +369,7 @@ async fn crius_deb_runs_pods_on_a_systemd_cgroup2_apparmor_node() {
     };
     let registry = Registry::start().unwrap();
     let pushed = images::push(&registry, TestImage::Busybox).unwrap();
-    let port: u16 = registry
-        .host_port()
-        .rsplit_once(':')
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
+    let port = registry.port();
     let guest_registry = format!("{GUEST_REGISTRY}:{port}");
     let image = pushed
         .reference
@@ -771,13 +765,7 @@ async fn bench_pod_start_against_containerd() {
     let registry = Registry::start().unwrap();
     let busybox = images::push(&registry, TestImage::Busybox).unwrap();
     let sleeper = images::push(&registry, TestImage::Sleeper).unwrap();
-    let port: u16 = registry
-        .host_port()
-        .rsplit_once(':')
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
+    let port = registry.port();
     let guest_registry = format!("{GUEST_REGISTRY}:{port}");
     let in_guest = |r: &str| r.replace(&registry.host_port(), &guest_registry);
     let (image, pause) = (in_guest(&busybox.reference), in_guest(&sleeper.reference));

@@ -30,7 +30,7 @@ pub use import::ImportReport;
 pub use manifest::Platform;
 pub use progress::{BlobProgress, PullProgress};
 pub use pull::{PullOptions, PullReport};
-pub use records::ImageRecord;
+pub use records::{is_image_id, ImageRecord};
 pub use reference::Reference;
 pub use registry::Auth;
 pub use store::{FsUsage, GcStats, ImageStore, LeaseFile, RegistrySettings, StoreConfig};

@@ -54,6 +54,16 @@ impl ImageRecord {
     }
 }
 
+/// Whether `name` is an image id as CRI clients pass one: `sha256:<64 hex>` or the 64 hex alone.
+/// kubelet sends the id it resolved in `ImageSpec.image`; it is no name a user gave.
+pub fn is_image_id(name: &str) -> bool {
+    let hex = name.strip_prefix("sha256:").unwrap_or(name);
+    hex.len() == 64
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// `User` of an image config as CRI reports it: `1000`, `1000:1000` → uid 1000; `nobody` or
 /// `nobody:group` → username; empty → neither.
 pub fn user_of(user: &str) -> (Option<i64>, String) {

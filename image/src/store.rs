@@ -279,6 +279,19 @@ impl ImageStore {
         Ok(resolve(&records, name).and_then(|id| records.get(&id).cloned()))
     }
 
+    /// The first repo tag and the first repo digest of the image whose id is `id`, each if it
+    /// has one; None if the image is not here. A status call asks this for every container, so
+    /// it copies the two names, not the record.
+    pub fn names_of(&self, id: &str) -> Result<Option<(Option<String>, Option<String>)>> {
+        let records = self.inner.records.read().map_err(|_| poisoned())?;
+        Ok(records.get(id).map(|r| {
+            (
+                r.repo_tags.first().cloned(),
+                r.repo_digests.first().cloned(),
+            )
+        }))
+    }
+
     /// All images, or those `filter` names (same forms as [`ImageStore::get`]).
     pub fn list(&self, filter: Option<&str>) -> Result<Vec<ImageRecord>> {
         let records = self.inner.records.read().map_err(|_| poisoned())?;

@@ -1,5 +1,6 @@
 //! Containers end to end: lifecycle of a pod with two containers, CRI logs, exit codes and
-//! reasons, stop timeouts, ExecSync, name reservation, the short-name pull, log reopening.
+//! reasons, stop timeouts, ExecSync, name reservation, the short-name pull, log reopening,
+//! the image a container reports.
 //! Real crius, real registry, real containers. Run as root.
 #![allow(clippy::unwrap_used)]
 
@@ -1315,4 +1316,140 @@ async fn a_failed_create_leaves_no_cgroup() {
         .is_empty());
     env.remove_pod(&pod).await;
     env.assert_no_leaks().await;
+}
+
+/// A container reports its image as containerd's CRI reports it. kubelet sends the image id it
+/// resolved in `image.image` and the user's string in `user_specified_image`: the status,
+/// ListContainers, the pod's status, the events and the metrics name the image by the user's
+/// string. Without one, by a repo tag the image has; by the id only once the image is gone.
+/// `image_ref` is a repo digest while the image has one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_is_reported_by_the_name_the_user_gave() {
+    use tokio_stream::StreamExt as _;
+    let mut env = Env::with_image(133).await;
+    let mut events = env
+        .rt()
+        .get_container_events(GetEventsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let pod_config = env.pod_config("names", true);
+    let pod = env.run_pod(pod_config.clone()).await;
+    let as_kubelet = |name: &str, user: &str| {
+        let mut c = env.container_config(name, &["sleep", "1000"]);
+        c.image = Some(ImageSpec {
+            image: env.image_ref.clone(),
+            user_specified_image: user.into(),
+            ..Default::default()
+        });
+        c
+    };
+    let user = "team/busybox:as-written";
+    let named = env
+        .create_start(&pod, &pod_config, as_kubelet("named", user))
+        .await;
+    let unnamed = env
+        .create_start(&pod, &pod_config, as_kubelet("unnamed", ""))
+        .await;
+    let repo = env.image.rsplit_once(':').unwrap().0.to_string();
+    let digest_ref = |r: &str| r.starts_with(&format!("{repo}@sha256:"));
+
+    let status = env.status(&named).await;
+    let image = status.image.as_ref().unwrap();
+    assert_eq!(image.image, user);
+    assert_eq!(image.user_specified_image, user);
+    assert_eq!(status.image_id, env.image_ref);
+    assert!(digest_ref(&status.image_ref), "{status:?}");
+    let status = env.status(&unnamed).await;
+    assert_eq!(status.image.as_ref().unwrap().image, env.image);
+    assert!(digest_ref(&status.image_ref), "{status:?}");
+
+    let listed = env.list_containers(ContainerFilter::default()).await;
+    let shown = |id: &str| {
+        let c = listed.iter().find(|c| c.id == id).unwrap();
+        (c.image.as_ref().unwrap().image.clone(), c.image_ref.clone())
+    };
+    assert_eq!(shown(&named).0, user);
+    assert_eq!(shown(&unnamed).0, env.image);
+    assert!(digest_ref(&shown(&named).1));
+
+    let pod_status = env
+        .rt()
+        .pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: pod.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let in_pod = pod_status
+        .containers_statuses
+        .iter()
+        .find(|c| c.id == named)
+        .unwrap();
+    assert_eq!(in_pod.image.as_ref().unwrap().image, user);
+
+    // The CREATED event of the named container carries its status.
+    let event = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(e) = events.next().await {
+            let e = e.unwrap();
+            if e.container_id == named
+                && e.container_event_type == ContainerEventType::ContainerCreatedEvent as i32
+            {
+                return e;
+            }
+        }
+        panic!("the event stream ended");
+    })
+    .await
+    .expect("no CREATED event for the named container");
+    let in_event = event
+        .containers_statuses
+        .iter()
+        .find(|c| c.id == named)
+        .unwrap();
+    assert_eq!(in_event.image.as_ref().unwrap().image, user);
+
+    let metrics = env
+        .rt()
+        .list_pod_sandbox_metrics(ListPodSandboxMetricsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_metrics;
+    let ours = metrics.iter().find(|p| p.pod_sandbox_id == pod).unwrap();
+    let label_of = |id: &str| {
+        let c = ours
+            .container_metrics
+            .iter()
+            .find(|m| m.container_id == id)
+            .unwrap();
+        c.metrics[0].label_values[2].clone()
+    };
+    assert_eq!(label_of(&named), user);
+    assert_eq!(label_of(&unnamed), env.image);
+
+    // The annotation in the spec names the image as the status does.
+    let spec = &env.status_info(&named).await["runtimeSpec"];
+    assert_eq!(spec["annotations"]["io.kubernetes.cri.image-name"], user);
+
+    // The image removed under its containers: the user's string stays, the other container
+    // falls back to the id, and image_ref to the digest the create recorded.
+    let recorded_ref = env.status(&unnamed).await.image_ref;
+    env.crius
+        .image()
+        .remove_image(RemoveImageRequest {
+            image: Some(ImageSpec {
+                image: env.image_ref.clone(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    assert_eq!(env.status(&named).await.image.unwrap().image, user);
+    let status = env.status(&unnamed).await;
+    assert_eq!(status.image.as_ref().unwrap().image, env.image_ref);
+    assert_eq!(status.image_ref, recorded_ref);
+
+    env.remove_all_and_check(&[&named, &unnamed], &pod).await;
 }

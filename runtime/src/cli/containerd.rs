@@ -89,7 +89,8 @@ pub async fn migrate(socket: &Path, namespace: &str, admin: &Path) -> anyhow::Re
     let mut plans: Vec<Plan> = Vec::new();
     let mut skipped = Vec::new();
     for image in listed {
-        if is_id(&image.name) {
+        // containerd's CRI names each image by its id too: `sha256:<64 hex>`.
+        if crius_image::is_image_id(&image.name) {
             continue;
         }
         let Some(target) = image.target else {
@@ -144,12 +145,6 @@ pub async fn migrate(socket: &Path, namespace: &str, admin: &Path) -> anyhow::Re
             Ok(()) => Err(e).context("read crius's answer"),
         },
     }
-}
-
-/// containerd's CRI names each image by its id too: `sha256:<64 hex>`.
-fn is_id(name: &str) -> bool {
-    name.strip_prefix("sha256:")
-        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 impl Containerd {
@@ -395,8 +390,13 @@ mod tests {
 
     #[test]
     fn ids_and_paths() {
-        assert!(is_id(&format!("sha256:{}", "a".repeat(64))));
-        assert!(!is_id("docker.io/library/busybox:latest"));
+        assert!(crius_image::is_image_id(&format!(
+            "sha256:{}",
+            "a".repeat(64)
+        )));
+        assert!(!crius_image::is_image_id(
+            "docker.io/library/busybox:latest"
+        ));
         assert!(blob_path("sha512:00").is_err());
         assert_eq!(
             blob_path(&format!("sha256:{}", "b".repeat(64))).unwrap(),

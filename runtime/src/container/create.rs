@@ -525,10 +525,21 @@ impl Daemon {
         phases.mark("image_config");
         let staged_config = self.stage_volumes(&id, mount_config, staging, userns)?;
         phases.mark("volumes");
+        // The image-name annotation names the image as ContainerStatus will.
+        let user_specified = config
+            .image
+            .as_ref()
+            .map(|i| i.user_specified_image.as_str());
+        let shown = super::shown_image_name(
+            user_specified.unwrap_or_default(),
+            &record.image_name,
+            image_record.repo_tags.first().map(String::as_str),
+            &record.image_id,
+        );
         let spec = crate::spec::container_spec(&crate::spec::ContainerSpecInput {
             container_id: &id,
             sandbox_id: &pod.id,
-            image_name: &record.image_name,
+            image_name: &shown,
             config: &staged_config,
             sandbox_config: pod_config,
             image_config: &image_config,

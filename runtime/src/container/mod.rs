@@ -31,6 +31,24 @@ use crate::util::excerpt;
 pub use release::Released;
 pub(crate) use restore::check_restorable;
 
+/// The name a container's image is shown by, as containerd's CRI shows it: the name the user
+/// gave (kubelet's `user_specified_image`), else the client's name unless that is the image's
+/// id (kubelet sends the id it resolved), else a repo tag the image has, else its id.
+pub fn shown_image_name(user_specified: &str, client: &str, tag: Option<&str>, id: &str) -> String {
+    let pick = [user_specified, client]
+        .into_iter()
+        .find(|n| !n.is_empty() && !crius_image::is_image_id(n));
+    pick.or(tag).unwrap_or(id).to_string()
+}
+
+/// What a container reports of its image.
+pub struct ShownImage {
+    /// `ImageSpec.image`: see [`shown_image_name`].
+    pub name: String,
+    /// `image_ref`: a repo digest the image has now, else the one it had at create (or its id).
+    pub image_ref: String,
+}
+
 impl Daemon {
     /// `ReopenContainerLog`: only for a running container.
     pub async fn reopen_log(self: &Arc<Self>, id: &str) -> Result<()> {
@@ -44,6 +62,22 @@ impl Daemon {
         let shim = self.shims.get(&c.sandbox_id).await?;
         shim.reopen_log(&c.id).await?;
         Ok(())
+    }
+
+    /// What `r` reports of its image (ContainerStatus, ListContainers, events, metrics);
+    /// `user_specified` is its config's `image.user_specified_image`. The image's names are
+    /// those it has now: a tag moved to another image or the image removed changes them.
+    pub fn shown_image(&self, r: &ContainerRecord, user_specified: &str) -> ShownImage {
+        let (tag, digest) = self
+            .images
+            .names_of(&r.image_id)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        ShownImage {
+            name: shown_image_name(user_specified, &r.image_name, tag.as_deref(), &r.image_id),
+            image_ref: digest.unwrap_or_else(|| r.image_ref.clone()),
+        }
     }
 
     /// The OCI spec a container was created with.
@@ -91,5 +125,31 @@ impl Daemon {
     pub fn containers_of(&self, pod_id: &str) -> Vec<ContainerRecord> {
         self.containers
             .filter_map(|c| (c.sandbox_id == pod_id).then(|| c.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_image_name;
+
+    #[test]
+    fn an_image_is_shown_by_a_name_before_its_id() {
+        let id = format!("sha256:{}", "ab".repeat(32));
+        let hex = "ab".repeat(32);
+        let name = "docker.io/library/busybox:1.36";
+        let tag = Some(name);
+        // kubelet: the id it resolved, and the user's string.
+        assert_eq!(shown_image_name("busybox", &id, tag, &id), "busybox");
+        // An older kubelet, or a client naming the image by its id, bare or prefixed.
+        assert_eq!(shown_image_name("", &id, tag, &id), name);
+        assert_eq!(shown_image_name("", &hex, tag, &id), name);
+        // crictl: the client's name as it gave it.
+        assert_eq!(
+            shown_image_name("", "busybox:1.36", tag, &id),
+            "busybox:1.36"
+        );
+        // Nothing but the id left.
+        assert_eq!(shown_image_name("", &id, None, &id), id);
+        assert_eq!(shown_image_name("", "", None, &id), id);
     }
 }

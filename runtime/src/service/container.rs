@@ -76,21 +76,21 @@ fn cri_state(s: State) -> ContainerState {
     }
 }
 
-fn image_spec(r: &ContainerRecord, config: &ContainerConfig) -> ImageSpec {
-    ImageSpec {
-        image: r.image_name.clone(),
-        annotations: config
-            .image
-            .as_ref()
-            .map(|i| i.annotations.clone())
-            .unwrap_or_default(),
-        user_specified_image: config
-            .image
-            .as_ref()
-            .map(|i| i.user_specified_image.clone())
-            .unwrap_or_default(),
+/// The container's image as it reports it, and its `image_ref`.
+fn image_spec(d: &Daemon, r: &ContainerRecord, config: &ContainerConfig) -> (ImageSpec, String) {
+    let (annotations, user_specified_image) = config
+        .image
+        .as_ref()
+        .map(|i| (i.annotations.clone(), i.user_specified_image.clone()))
+        .unwrap_or_default();
+    let shown = d.shown_image(r, &user_specified_image);
+    let spec = ImageSpec {
+        image: shown.name,
+        annotations,
+        user_specified_image,
         ..Default::default()
-    }
+    };
+    (spec, shown.image_ref)
 }
 
 pub async fn status(
@@ -150,6 +150,7 @@ fn mounts_with_image_refs(
 
 pub(super) fn container_status(d: &Daemon, r: &ContainerRecord) -> ContainerStatus {
     let config = r.config();
+    let (image, image_ref) = image_spec(d, r, &config);
     ContainerStatus {
         id: r.id.clone(),
         metadata: config.metadata.clone(),
@@ -158,8 +159,8 @@ pub(super) fn container_status(d: &Daemon, r: &ContainerRecord) -> ContainerStat
         started_at: r.started_at,
         finished_at: r.finished_at,
         exit_code: r.exit_code,
-        image: Some(image_spec(r, &config)),
-        image_ref: r.image_ref.clone(),
+        image: Some(image),
+        image_ref,
         reason: r.reason.clone(),
         message: r.message.clone(),
         labels: config.labels.clone(),
@@ -218,12 +219,13 @@ fn list_items(d: &Daemon, filter: Option<ContainerFilter>) -> Vec<Container> {
         if !matches(r, &config, &filter, pod.as_deref()) {
             return None;
         }
+        let (image, image_ref) = image_spec(d, r, &config);
         Some(Container {
             id: r.id.clone(),
             pod_sandbox_id: r.sandbox_id.clone(),
-            image: Some(image_spec(r, &config)),
+            image: Some(image),
             metadata: config.metadata,
-            image_ref: r.image_ref.clone(),
+            image_ref,
             state: cri_state(r.state) as i32,
             created_at: r.created_at,
             labels: config.labels,

@@ -458,12 +458,15 @@ fn container_metrics(
     pod_name: &str,
     namespace: &str,
 ) -> Vec<Metric> {
-    let name = c.config().metadata.map(|m| m.name).unwrap_or_default();
+    let config = c.config();
+    let name = config.metadata.map(|m| m.name).unwrap_or_default();
+    let user_specified = config.image.map(|i| i.user_specified_image);
+    let image = d.shown_image(c, user_specified.as_deref().unwrap_or_default());
     let mut out = Out {
         labels: vec![
             name,
             c.id.clone(),
-            c.image_name.clone(),
+            image.name,
             c.name.clone(),
             namespace.to_string(),
             pod_name.to_string(),

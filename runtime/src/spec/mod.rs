@@ -166,8 +166,8 @@ pub struct ContainerSpecInput<'a> {
     /// The OCI image config JSON (`{"config": {"Env", "Cmd", "Entrypoint", "WorkingDir",
     /// "User", "StopSignal", ...}}`), or its `config` object alone.
     pub image_config: &'a serde_json::Value,
-    /// The image name for the `io.kubernetes.cri.image-name` annotation; empty uses the
-    /// request's `image.image`.
+    /// The image name for the `io.kubernetes.cri.image-name` annotation, as the container's
+    /// status shows it; empty uses the request's `image.image`.
     pub image_name: &'a str,
     /// The mounted rootfs (its /etc/passwd and /etc/group are read).
     pub rootfs: &'a Path,

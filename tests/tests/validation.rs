@@ -358,6 +358,14 @@ async fn creates_the_request_makes_fail_are_invalid_argument_and_undone() {
         Code::InvalidArgument,
         &["mount container_path /: a mount cannot replace the container's root"],
     );
+    // A host path that cannot be made a directory where it is (procfs makes none).
+    assert_status(
+        create("in-proc", &["sleep", "60"], vec![("/data", "/proc/crius-no-such-dir")]).await,
+        Code::InvalidArgument,
+        &[
+            "mounts[0] (/data): host_path /proc/crius-no-such-dir does not exist and cannot be made a directory",
+        ],
+    );
     let left = env.list_containers(ContainerFilter::default()).await;
     assert!(left.is_empty(), "undone creates left {left:?}");
     // The script a mount provides runs, and so does one only its owner may run (0700: runc
@@ -567,15 +575,25 @@ async fn creates_that_failed_deep_in_the_runtime_are_named() {
             env.container_config("execs", &["sleep", "60"]),
         )
         .await;
+    // An argument longer than the kernel takes (E2BIG: one string over 128 KiB) is the
+    // caller's too.
+    let huge = "x".repeat(1 << 20);
     for (cmd, needle) in [
-        ("nosuchcmd", "executable \"nosuchcmd\" not found in $PATH"),
-        ("/etc/passwd", "exec /etc/passwd: Permission denied"),
+        (
+            vec!["nosuchcmd"],
+            "executable \"nosuchcmd\" not found in $PATH",
+        ),
+        (vec!["/etc/passwd"], "exec /etc/passwd: Permission denied"),
+        (
+            vec!["/bin/echo", &huge],
+            "exec /bin/echo: Argument list too long",
+        ),
     ] {
         let got = env
             .rt()
             .exec_sync(ExecSyncRequest {
                 container_id: id.clone(),
-                cmd: vec![cmd.into()],
+                cmd: cmd.iter().map(|a| a.to_string()).collect(),
                 timeout: 10,
             })
             .await;

@@ -736,11 +736,12 @@ fn missing_host_path(i: usize, m: &crius_api::v1::Mount, e: std::io::Error) -> E
 }
 
 /// A directory a request names that could not be made: the path's fault (something there
-/// that cannot be followed or is not a directory, a file on the way, too long) is
-/// InvalidArgument; a node that refuses it (read-only, full, permissions) FailedPrecondition.
+/// that cannot be followed or is not a directory, a file on the way, too long, a file system
+/// such as procfs that makes no directories and answers ENOENT) is InvalidArgument; a node
+/// that refuses it (read-only, full, permissions) FailedPrecondition.
 fn dir_error(what: String, e: std::io::Error) -> Error {
     match e.raw_os_error() {
-        Some(libc::EEXIST | libc::ENOTDIR | libc::ENAMETOOLONG | libc::ELOOP) => {
+        Some(libc::EEXIST | libc::ENOTDIR | libc::ENAMETOOLONG | libc::ELOOP | libc::ENOENT) => {
             Error::InvalidArgument(format!("{what}: {e}"))
         }
         Some(libc::EROFS | libc::EACCES | libc::EPERM | libc::ENOSPC | libc::EDQUOT) => {

@@ -203,7 +203,8 @@ pub(super) fn child(
             | libc::ENOTDIR
             | libc::EISDIR
             | libc::ELOOP
-            | libc::ENAMETOOLONG,
+            | libc::ENAMETOOLONG
+            | libc::E2BIG,
         ) => COMMAND_CANNOT_RUN,
         _ => "",
     };

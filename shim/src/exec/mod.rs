@@ -153,8 +153,8 @@ pub enum ExecError {
 pub type Result<T> = std::result::Result<T, ExecError>;
 
 /// Begins the part of an exec's error that says the command itself cannot run in the
-/// container (not found, not executable, not a format the kernel runs): the request's fault,
-/// which the shim reports as InvalidArgument.
+/// container (not found, not executable, not a format the kernel runs, arguments longer than
+/// the kernel takes): the request's fault, which the shim reports as InvalidArgument.
 pub const COMMAND_CANNOT_RUN: &str = "the command cannot run: ";
 
 /// What the child needs, prepared before the fork.

@@ -330,6 +330,11 @@ pub enum Reply {
     },
     Started {
         pid: i32,
+        /// When the shim started it (ns since the epoch), the time `Container` reports too: the
+        /// daemon records this one, so what it answers and what a recovery reads agree.
+        /// Shims before this field send none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        started_at: Option<i64>,
     },
     Done,
     Container(ContainerInfo),
@@ -722,11 +727,12 @@ mod client {
             self.done("prepare", Op::Prepare).await
         }
 
-        /// Start a created container; returns its init pid.
-        pub async fn start(&self, id: &str) -> Result<i32, ClientError> {
+        /// Start a created container; returns its init pid and the shim's start time (ns
+        /// since the epoch; None from an older shim).
+        pub async fn start(&self, id: &str) -> Result<(i32, Option<i64>), ClientError> {
             let op = Op::Start { id: id.to_owned() };
             match self.call("start", op, self.helper_timeout).await? {
-                Reply::Started { pid } => Ok(pid),
+                Reply::Started { pid, started_at } => Ok((pid, started_at)),
                 _ => Err(self.unexpected("start")),
             }
         }

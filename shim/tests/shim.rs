@@ -42,7 +42,7 @@ fn lifecycle_logs_and_exit_code() {
             ErrorKind::AlreadyExists
         );
 
-        assert_eq!(client.start(&bundle.id).await.unwrap(), pid);
+        assert_eq!(client.start(&bundle.id).await.unwrap().0, pid);
         let exit = client
             .wait(&bundle.id, Some(Duration::from_secs(10)))
             .await
@@ -640,7 +640,7 @@ fn start_kill_all_and_delete_run_in_the_shim() {
             .unwrap();
         pod.track(pid);
         assert_eq!(libct_status(&pod, &bundle.id), "created");
-        assert_eq!(client.start(&bundle.id).await.unwrap(), pid);
+        assert_eq!(client.start(&bundle.id).await.unwrap().0, pid);
         // Recorded as libcontainer's own start would: its exec accepts only running ones.
         assert_eq!(libct_status(&pod, &bundle.id), "running");
         let info = client.state(&bundle.id).await.unwrap();

@@ -298,6 +298,20 @@ impl Rig {
         self.running_as(id, init)
     }
 
+    /// The answer is the start of `id`'s `init`, with the start time the shim then reports
+    /// in the container's state (the daemon records the one, a recovery reads the other).
+    fn assert_started(&mut self, id: &str, init: i32) {
+        let Response::Ok(Reply::Started { pid, started_at }) = self.answer() else {
+            panic!("not a start");
+        };
+        assert_eq!(pid, init);
+        assert!(started_at.is_some_and(|t| t > 0), "{started_at:?}");
+        match self.ok(Op::State { id: id.into() }) {
+            Reply::Container(info) => assert_eq!(info.started_at_unix_nano, started_at),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// [`Rig::running`] with `init` as the init's pid.
     fn running_as(&mut self, id: &str, init: i32) -> i32 {
         let init = self.created_as(id, init);
@@ -306,7 +320,7 @@ impl Rig {
         let n = self.helpers() - 1;
         assert_eq!(self.helper(n).1, HelperOp::Start);
         self.report(n, Outcome::Ok { pid: 0 });
-        assert_eq!(self.answer(), Response::Ok(Reply::Started { pid: init }));
+        self.assert_started(id, init);
         self.helper_exits(n);
         assert_eq!(self.status(id), ContainerStatus::Running);
         init
@@ -459,7 +473,7 @@ fn a_second_start_while_one_runs_is_refused_and_a_failed_start_can_be_retried() 
     rig.no_answer();
     let n = rig.helpers() - 1;
     rig.report(n, Outcome::Ok { pid: 0 });
-    assert_eq!(rig.answer(), Response::Ok(Reply::Started { pid: init }));
+    rig.assert_started("c", init);
 }
 
 #[test]
@@ -471,7 +485,7 @@ fn an_init_that_exits_while_its_start_helper_runs() {
     let n = rig.helpers() - 1;
     rig.shim.process_exited(init, 0);
     rig.report(n, Outcome::Ok { pid: 0 });
-    assert_eq!(rig.answer(), Response::Ok(Reply::Started { pid: init }));
+    rig.assert_started("c", init);
     match rig.ok(Op::State { id: "c".into() }) {
         Reply::Container(info) => {
             assert_eq!(info.status, ContainerStatus::Stopped);
@@ -726,7 +740,7 @@ fn a_restored_container_is_made_by_a_restore_helper_and_started_by_sigcont() {
         }
     );
     rig.report(1, Outcome::Ok { pid: 0 });
-    assert_eq!(rig.answer(), Response::Ok(Reply::Started { pid: init }));
+    rig.assert_started("r", init);
     rig.helper_exits(1);
     assert_eq!(rig.status("r"), ContainerStatus::Running);
 }

@@ -84,6 +84,19 @@ async fn crius_killed_while_pods_run() {
     let log = env.log_dir("survivor").join("ticker.log");
     env.wait_log(&log, Duration::from_secs(10), |l| l.len() >= 3)
         .await;
+    // Started just before the crash, its start not yet flushed: the time crius answered with
+    // is the one it reports after the restart, for it and for every other container.
+    let late = env
+        .create_start(
+            &pod,
+            &pod_config,
+            env.container_config("late", &["sleep", "1000"]),
+        )
+        .await;
+    let mut started = Vec::new();
+    for id in [&ticker, &exiter, &hog, &done, &late] {
+        started.push((id.clone(), env.status(id).await.started_at));
+    }
 
     env.crius.kill9().unwrap();
     let before = ticks(&log).len();
@@ -140,8 +153,15 @@ async fn crius_killed_while_pods_run() {
     assert_eq!(s.state, ContainerState::ContainerCreated as i32, "{s:?}");
     assert_eq!(
         env.list_containers(ContainerFilter::default()).await.len(),
-        5
+        6
     );
+    for (id, at) in &started {
+        let s = env.status(id).await;
+        assert_eq!(
+            s.started_at, *at,
+            "started_at of {id} changed across the crash"
+        );
+    }
 
     // The shim is reachable again: exec, stop, start the created one.
     let out = env

@@ -27,10 +27,13 @@ impl Daemon {
         self.nri
             .start_container(|| self.nri_pod(&c.sandbox_id), || self.nri_container(&c))
             .await?;
-        // Taken before the start: a quick process may be done before the call returns, and
-        // its finish time must not come before its start time.
-        let started_at = now_nanos();
-        let pid = shim.start(&c.id).await?;
+        // Taken before the start, for a shim that reports no start time: a quick process may
+        // be done before the call returns, and its finish time must not come before its start.
+        let asked_at = now_nanos();
+        let (pid, shim_started_at) = shim.start(&c.id).await?;
+        // The shim's own start time: it is what a recovery reads back from the shim, so the
+        // value answered now is the one reported after a restart.
+        let started_at = shim_started_at.unwrap_or(asked_at);
         // Not flushed to disk: should crius die before its next durable commit, the recovery
         // learns the start from the shim (`adopt_shim_state`) and records it again.
         self.containers.update_unflushed(&self.store, &c.id, |r| {

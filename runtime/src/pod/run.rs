@@ -462,7 +462,7 @@ impl Daemon {
             .await
             .map_err(|e| Error::internal("apply pod resources", e))??;
         phases.mark("pause_cgroup");
-        let pid = shim.start(id).await?;
+        let (pid, _) = shim.start(id).await?;
         phases.mark("pause_start");
         if id_maps_root.is_some() && builtin {
             // Containers join the pause's namespaces from inside the pod's user namespace,

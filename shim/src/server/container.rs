@@ -341,7 +341,10 @@ impl Shim {
                 Ok(()) => {
                     c.phase.on_started(began);
                     info!(target: "crius_shim", container = %id, "started");
-                    return Ok(Some(Reply::Started { pid }));
+                    return Ok(Some(Reply::Started {
+                        pid,
+                        started_at: Some(began),
+                    }));
                 }
                 Err(e) => {
                     info!(target: "crius_shim", container = %id, reason = %crius_common::error_chain(&e), "start left to a helper");
@@ -402,6 +405,7 @@ impl Shim {
                 info!(target: "crius_shim", container = %id, "started");
                 Response::Ok(Reply::Started {
                     pid: c.phase.pid().unwrap_or(0),
+                    started_at: c.phase.started_at(),
                 })
             }
             Err(message) => Response::Err(err(

@@ -5,7 +5,8 @@
 #       packages `make deps-run` installs), make e2e (the integration and end-to-end tests
 #       only, as root), make lint (fmt, clippy, rustdoc), make install (binaries, systemd unit,
 #       config, a CNI network if none), make deb (a Debian package of the same),
-#       make test-node (crius's package in the node VM, contrib/node-vm: Debian 13 under qemu).
+#       make test-node (crius's package in the node VM, contrib/node-vm: Debian 13 under qemu),
+#       make node-e2e NODE_E2E_HARNESS=DIR (Kubernetes' node e2e suite against a fresh crius).
 
 CARGO ?= cargo
 # Debian packages crius or its tests use at run time.
@@ -27,7 +28,7 @@ TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils op
                  python3-venv runc crun runsc tinyproxy containerd
 
 .PHONY: run test unit e2e build build-debug build-release install deb cargo-deb cargo-deny deps-run deps-test \
-        check-rust lint test-node bench-node node-vm-deps node-vm-image node-vm-deb
+        check-rust lint test-node bench-node node-vm-deps node-vm-image node-vm-deb node-e2e
 
 # `make install`: where things go (DESTDIR is prepended to every path, for packaging).
 PREFIX     ?= /usr/local
@@ -201,6 +202,16 @@ BENCH_PODS ?= 10
 bench-node: deps-test node-vm-deps build node-vm-image deb
 	CRIUS_NODE_VM_BENCH=$(BENCH_PODS) CRIUS_NODE_DEB="$$(ls -t $(CURDIR)/target/debian/crius_*.deb | head -1)" \
 	  $(TEST_ENV) $(TEST_CARGO) --test node_vm bench_pod_start_against_containerd -- --nocapture
+
+# Kubernetes' node e2e suite (test/e2e_node, NodeConformance by default) against a crius started
+# fresh from this build, through the node-e2e harness (not part of crius: NODE_E2E_HARNESS is its
+# directory, NODE_E2E_DIR where it built the suite, kubelet and images). CRIUS_HANDLER=runc runs
+# every pod through runc; FOCUS, SKIP, NODES, ... go to the harness. See contrib/node-e2e/run.
+NODE_E2E_HARNESS ?=
+NODE_E2E_RESULTS ?= $(or $(NODE_E2E_DIR),/var/tmp/node-e2e)/results/crius-$(shell date +%Y%m%d-%H%M%S)
+node-e2e: deps-test build
+	@test -n "$(NODE_E2E_HARNESS)" || { echo "make node-e2e NODE_E2E_HARNESS=<the node-e2e harness's directory>" >&2; exit 2; }
+	./contrib/node-e2e/run $(NODE_E2E_HARNESS) $(NODE_E2E_RESULTS)
 
 node-vm-deps:
 	@./.ci/install-deps $(NODE_VM_PACKAGES)

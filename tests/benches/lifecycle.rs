@@ -75,6 +75,12 @@
 //!   `--against DIR` instead of `--endpoint`, the second runtime is another build of crius
 //!   (`DIR/crius` and `DIR/crius-shim`, started beside the first with its own directories and
 //!   bridge network): an A/B of two builds that the drift between runs does not blur;
+//! - `--reads N`: the calls kubelet makes most (ContainerStatus, PodSandboxStatus,
+//!   ListContainers, ListPodSandbox, ImageStatus), N times each in a row, first with nothing
+//!   else going on, then while 10 workers run pods through RunPodSandbox, CreateContainer,
+//!   StartContainer, StopPodSandbox and RemovePodSandbox (critest's 10-at-a-time mix): p50 and
+//!   p99 of each, and the loaded figure against the idle one — whether reads queue behind
+//!   writes (issue 50);
 //! - `--host-mounts N`: N more mounts on the host (small tmpfs mounts in a temporary directory,
 //!   removed at the end) for the whole run, as a node with many pods and volumes has: how the
 //!   calls grow with the size of the mount table. The bench prints the host's mount count.
@@ -152,6 +158,8 @@ struct Args {
     against: Option<PathBuf>,
     /// The daemon killed and started again with the pods running (`--restart`).
     restart: bool,
+    /// Reads timed idle and under 10 writers, this many of each (`--reads N`; 0: none).
+    reads: usize,
 }
 
 fn parse_args() -> Result<Args> {
@@ -174,6 +182,7 @@ fn parse_args() -> Result<Args> {
         interleave: false,
         against: None,
         restart: false,
+        reads: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -202,6 +211,7 @@ fn parse_args() -> Result<Args> {
             "--interleave" => args.interleave = true,
             "--against" => args.against = Some(PathBuf::from(value()?)),
             "--restart" => args.restart = true,
+            "--reads" => args.reads = value()?.parse()?,
             "--nri" => {
                 args.nri = value()?;
                 if !["on", "off", "plugin"].contains(&args.nri.as_str()) {
@@ -895,6 +905,10 @@ async fn measure(
         bench.remove_pod(pod).await?;
     }
     report.pods_remove_time = t.elapsed();
+    if args.reads > 0 {
+        let lines = reads_under_writes(bench, &names.busybox, args.reads, 10).await?;
+        report.extra.extend(lines);
+    }
     if args.burst {
         report.extra.push(String::new());
         report.extra.push(format!(
@@ -1068,6 +1082,157 @@ fn restart_process(pid: u32, log: &Path) -> Result<(Instant, u32)> {
     let t = Instant::now();
     let child = command.spawn()?;
     Ok((t, child.id()))
+}
+
+/// `--reads`: each read call `n` times in a row against one running pod and container, idle and
+/// then while `writers` workers start and remove pods with a container each; a table of p50
+/// and p99 idle and loaded, and loaded against idle.
+async fn reads_under_writes(
+    bench: &mut Bench,
+    image: &str,
+    n: usize,
+    writers: usize,
+) -> Result<Vec<String>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let pod_config = bench.pod_config(false);
+    let pod = bench.run_pod(&pod_config).await?;
+    let container = bench.create_start(&pod, &pod_config).await?;
+    let names = [
+        "ContainerStatus",
+        "PodSandboxStatus",
+        "ListContainers",
+        "ListPodSandbox",
+        "ImageStatus",
+    ];
+    async fn sample(
+        b: &mut Bench,
+        pod: &str,
+        container: &str,
+        image: &str,
+        n: usize,
+    ) -> Result<Vec<Vec<Duration>>> {
+        let mut out: Vec<Vec<Duration>> = (0..5).map(|_| Vec::with_capacity(n)).collect();
+        for _ in 0..n {
+            let t = Instant::now();
+            b.rt.container_status(ContainerStatusRequest {
+                container_id: container.into(),
+                verbose: false,
+            })
+            .await?;
+            out[0].push(t.elapsed());
+            let t = Instant::now();
+            b.rt.pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: pod.into(),
+                verbose: false,
+            })
+            .await?;
+            out[1].push(t.elapsed());
+            let t = Instant::now();
+            b.rt.list_containers(ListContainersRequest::default())
+                .await?;
+            out[2].push(t.elapsed());
+            let t = Instant::now();
+            b.rt.list_pod_sandbox(ListPodSandboxRequest::default())
+                .await?;
+            out[3].push(t.elapsed());
+            let t = Instant::now();
+            b.images
+                .image_status(ImageStatusRequest {
+                    image: Some(ImageSpec {
+                        image: image.into(),
+                        ..Default::default()
+                    }),
+                    verbose: false,
+                })
+                .await?;
+            out[4].push(t.elapsed());
+        }
+        Ok(out)
+    }
+    let idle = sample(bench, &pod, &container, image, n).await?;
+
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..writers {
+        let mut b = bench.clone();
+        b.seq = bench.seq + (w + 1) * 1_000_000;
+        let stop = std::sync::Arc::clone(&stop);
+        workers.push(tokio::spawn(async move {
+            let mut cycles = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                let config = b.pod_config(false);
+                let id = b.run_pod(&config).await.map_err(|e| e.to_string())?;
+                let made = b
+                    .create_start(&id, &config)
+                    .await
+                    .map_err(|e| e.to_string());
+                b.remove_pod(&id).await.map_err(|e| e.to_string())?;
+                made?;
+                cycles += 1;
+            }
+            Ok::<_, String>((b, cycles))
+        }));
+    }
+    // The writers get going before the reads are timed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let loaded = sample(bench, &pod, &container, image, n).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut cycles = 0;
+    let mut first_error = None;
+    for w in workers {
+        match w.await {
+            Ok(Ok((b, c))) => {
+                bench.seq = bench.seq.max(b.seq);
+                cycles += c;
+            }
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e.to_string());
+            }
+        }
+    }
+    bench.remove_pod(&pod).await?;
+    if let Some(e) = first_error {
+        return Err(e.into());
+    }
+    let loaded = loaded?;
+    let mut lines = vec![
+        String::new(),
+        format!(
+            "{:<34} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}",
+            format!("reads, idle / under {writers} writers"),
+            "idle p50",
+            "idle p99",
+            "load p50",
+            "load p99",
+            "p50 ×",
+            "p99 ×"
+        ),
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let (mut a, mut b) = (idle[i].clone(), loaded[i].clone());
+        a.sort();
+        b.sort();
+        let (a50, a99, b50, b99) = (
+            ms(percentile(&a, 50)),
+            ms(percentile(&a, 99)),
+            ms(percentile(&b, 50)),
+            ms(percentile(&b, 99)),
+        );
+        lines.push(format!(
+            "{:<34} {a50:>9.2} {a99:>9.2} {b50:>10.2} {b99:>10.2} {:>8.1} {:>8.1}",
+            format!("{name} ms"),
+            b50 / a50,
+            b99 / a99
+        ));
+    }
+    lines.push(format!(
+        "{:<34} {cycles} pods started and removed while {n} reads of each ran",
+        "writers"
+    ));
+    Ok(lines)
 }
 
 /// Starts `total` pods, each with one container, `parallel` at a time (as kubelet does after

@@ -1,11 +1,14 @@
 //! Pod and container records: kept in memory for the many read calls kubelet makes, written
-//! through to the database before a change is acted on, and loaded from it at start. Writes
-//! hold the map's lock across the database write, so the map and the database agree on the
-//! order of changes; a read waits at most for one database write in flight.
+//! through to the database before a change is acted on, and loaded from it at start. Writers
+//! of one kind of record take turns on a mutex of their own across the database write, so the
+//! map and the database agree on the order of changes; the map itself is locked only to put
+//! the written value in. A read never waits for a database write: it sees the value before a
+//! write in flight, which nobody has been told of yet. (Holding the map's lock across the
+//! write made every status and list call queue behind all the creates and stops in flight.)
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::RwLock;
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -21,6 +24,8 @@ use crate::store::{Flush, Store, Table};
 pub struct Records<T> {
     table: Table,
     map: RwLock<HashMap<String, T>>,
+    /// Held by a writer from its read of the old value to its map insert.
+    writer: Mutex<()>,
 }
 
 impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
@@ -30,6 +35,7 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         Ok(Records {
             table,
             map: RwLock::new(map),
+            writer: Mutex::new(()),
         })
     }
 
@@ -80,18 +86,18 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
 
     /// Writes `value` durably, then makes it visible.
     pub fn put(&self, store: &Store, id: &str, value: T) -> Result<()> {
-        let mut map = self.write();
+        let _turn = self.writing();
         store.put(self.table, id, &value)?;
-        map.insert(id.to_string(), value);
+        self.write().insert(id.to_string(), value);
         Ok(())
     }
 
     /// [`Self::put`] without a disk flush ([`Store::put_unflushed`]): for a record crius can
     /// learn again after a crash from what the durable one and the shim say.
     pub fn put_unflushed(&self, store: &Store, id: &str, value: T) -> Result<()> {
-        let mut map = self.write();
+        let _turn = self.writing();
         store.put_unflushed(self.table, id, &value)?;
-        map.insert(id.to_string(), value);
+        self.write().insert(id.to_string(), value);
         Ok(())
     }
 
@@ -107,17 +113,17 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         name: &str,
         flush: Flush,
     ) -> Result<Option<String>> {
-        let mut map = self.write();
+        let _turn = self.writing();
         if let Some(holder) = store.put_named(self.table, id, &value, name, flush)? {
             return Ok(Some(holder));
         }
-        map.insert(id.to_string(), value);
+        self.write().insert(id.to_string(), value);
         Ok(None)
     }
 
     /// Applies `f` to the record of `id` (if any) and writes it back; returns the new value.
-    /// The map stays locked from the read to the write, so an update racing a `remove` cannot
-    /// bring the removed record back.
+    /// Writers take turns from the read to the map insert, so an update racing a `remove`
+    /// cannot bring the removed record back.
     pub fn update(&self, store: &Store, id: &str, f: impl FnOnce(&mut T)) -> Result<Option<T>> {
         self.update_with(id, f, |table, value| store.put(table, id, value))
     }
@@ -139,29 +145,29 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         f: impl FnOnce(&mut T),
         write: impl FnOnce(Table, &T) -> crate::store::Result<()>,
     ) -> Result<Option<T>> {
-        let mut map = self.write();
-        let Some(mut value) = map.get(id).cloned() else {
+        let _turn = self.writing();
+        let Some(mut value) = self.get(id) else {
             return Ok(None);
         };
         f(&mut value);
         write(self.table, &value)?;
-        map.insert(id.to_string(), value.clone());
+        self.write().insert(id.to_string(), value.clone());
         Ok(Some(value))
     }
 
     pub fn remove(&self, store: &Store, id: &str) -> Result<()> {
-        let mut map = self.write();
+        let _turn = self.writing();
         store.delete(self.table, id)?;
-        map.remove(id);
+        self.write().remove(id);
         Ok(())
     }
 
     /// Removes the record of `id` and releases its CRI `name` in one database transaction,
     /// on disk before it returns or (`Flush::Later`) with the next durable commit.
     pub fn remove_named(&self, store: &Store, id: &str, name: &str, flush: Flush) -> Result<()> {
-        let mut map = self.write();
+        let _turn = self.writing();
         store.delete_named(self.table, id, name, flush)?;
-        map.remove(id);
+        self.write().remove(id);
         Ok(())
     }
 
@@ -171,6 +177,11 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, T>> {
         self.map.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A writer's turn (see the module's doc).
+    fn writing(&self) -> MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -316,5 +327,45 @@ mod tests {
         assert_eq!(records.get("a"), None);
         let reloaded: Records<u32> = Records::load(&store, Table::Containers).unwrap();
         assert_eq!(reloaded.get("a"), None);
+    }
+
+    /// A reader is answered while a writer is mid-way (here held inside its update), with the
+    /// value before the write; a second writer waits its turn, and both writes land in order.
+    #[test]
+    fn reads_do_not_wait_for_a_write_in_flight() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let records: Records<u32> = Records::load(&store, Table::Containers).unwrap();
+        records.put(&store, "a", 1).unwrap();
+        let (entered, writer_in) = mpsc::channel();
+        let (release, go_on) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let (records, store) = (&records, &store);
+            let first = s.spawn(move || {
+                records.update(store, "a", |v| {
+                    entered.send(()).unwrap();
+                    go_on.recv().unwrap();
+                    *v *= 10;
+                })
+            });
+            writer_in.recv().unwrap();
+            let (read_tx, read_rx) = mpsc::channel();
+            s.spawn(move || read_tx.send(records.get("a")).unwrap());
+            assert_eq!(
+                read_rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+                Some(1),
+                "a read waited for the write in flight"
+            );
+            let second = s.spawn(move || records.update(store, "a", |v| *v += 1));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!second.is_finished(), "two writers at once");
+            release.send(()).unwrap();
+            assert_eq!(first.join().unwrap().unwrap(), Some(10));
+            assert_eq!(second.join().unwrap().unwrap(), Some(11));
+        });
+        let reloaded: Records<u32> = Records::load(&store, Table::Containers).unwrap();
+        assert_eq!(reloaded.get("a"), Some(11));
     }
 }

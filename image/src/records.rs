@@ -58,10 +58,7 @@ impl ImageRecord {
 /// kubelet sends the id it resolved in `ImageSpec.image`; it is no name a user gave.
 pub fn is_image_id(name: &str) -> bool {
     let hex = name.strip_prefix("sha256:").unwrap_or(name);
-    hex.len() == 64
-        && hex
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    hex.len() == 64 && crate::store::is_hex(hex)
 }
 
 /// `User` of an image config as CRI reports it: `1000`, `1000:1000` → uid 1000; `nobody` or

@@ -671,7 +671,7 @@ fn check_holder(holder: &str) -> Result<()> {
     }
 }
 
-fn is_hex(s: &str) -> bool {
+pub(crate) fn is_hex(s: &str) -> bool {
     s.bytes()
         .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
@@ -683,7 +683,7 @@ fn resolve(records: &HashMap<String, ImageRecord>, name: &str) -> Option<String>
         return None;
     }
     let hex = name.strip_prefix("sha256:").unwrap_or(name);
-    if hex.len() == 64 && is_hex(hex) {
+    if crate::records::is_image_id(name) {
         let id = format!("sha256:{hex}");
         if records.contains_key(&id) {
             return Some(id);

@@ -233,8 +233,28 @@ impl Daemon {
         self.remove_unrecorded_containers();
         self.release_orphan_leases().await;
         self.flush_store_later();
+        // After a reboot the shims went with the boot: every record of it is settled at once.
+        let boot = crate::boot::Boot::read(&self.config.root);
+        match &boot {
+            Ok(boot) if boot.restarted() => {
+                tracing::warn!(
+                    previous = boot.previous.as_deref().unwrap_or(""),
+                    current = %boot.current,
+                    "the node restarted since crius last ran: its containers ended with it"
+                );
+                self.settle_containers_after_reboot(boot);
+                self.settle_pods_after_reboot();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("read the boot id: {e}; the shims are asked instead"),
+        }
         self.recover_containers().await;
         self.recover_pods().await;
+        if let Ok(boot) = &boot {
+            if let Err(e) = boot.keep() {
+                tracing::warn!("keep the boot id under {}: {e}", self.config.root.display());
+            }
+        }
         self.start_nri();
         self.streams
             .start(&self.config.stream)

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod apparmor;
 pub mod authority;
+pub mod boot;
 pub mod cgroups;
 pub mod cli;
 pub mod config;

@@ -195,6 +195,19 @@ impl Daemon {
         }
     }
 
+    /// At start after a reboot: every container that was created or running in the earlier
+    /// boot ended with it. Each is recorded exited (255, reason `NodeRestarted`, the boot ids
+    /// in the message) without asking its shim, which went with the boot. Interrupted creates
+    /// are left to [`Daemon::recover_containers`], which removes them.
+    pub fn settle_containers_after_reboot(&self, boot: &crate::boot::Boot) {
+        let message = boot.message();
+        for c in self.containers.all() {
+            if matches!(c.state, ContainerState::Created | ContainerState::Running) {
+                self.record_unseen_exit(&c.id, "NodeRestarted", &message);
+            }
+        }
+    }
+
     /// At start: cleans up interrupted creates and follows running containers again, finding
     /// out how those that ended while crius was away ended.
     pub async fn recover_containers(self: &Arc<Self>) {

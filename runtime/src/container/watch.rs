@@ -85,6 +85,12 @@ impl Daemon {
     /// Records that container `id` ended in a way nobody saw (exit code 255, reason `Error`,
     /// `message` saying why), unless its exit is recorded already.
     pub(super) fn record_lost_exit(&self, id: &str, message: &str) {
+        self.record_unseen_exit(id, "Error", message);
+    }
+
+    /// Records that container `id` ended unseen with exit code 255 and `reason`, unless its
+    /// exit is recorded already.
+    pub(super) fn record_unseen_exit(&self, id: &str, reason: &str, message: &str) {
         let mut ended_in = None;
         let written = self.containers.update(&self.store, id, |r| {
             if r.state == ContainerState::Exited {
@@ -94,7 +100,7 @@ impl Daemon {
             r.state = ContainerState::Exited;
             r.finished_at = now_nanos();
             r.exit_code = 255;
-            r.reason = "Error".to_string();
+            r.reason = reason.to_string();
             r.message = message.to_string();
         });
         if let Err(e) = written {

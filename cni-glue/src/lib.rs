@@ -65,6 +65,7 @@ pub mod capabilities;
 pub mod config;
 mod error;
 pub mod exec;
+mod host_local;
 pub mod netns;
 mod network;
 pub mod result;

@@ -317,9 +317,28 @@ impl Network {
         records.reverse();
         for record in records {
             self.detach(&record).await?;
+            self.release_blank_reservations(&record);
             self.cache.remove(&record)?;
         }
         Ok(())
+    }
+
+    /// After a successful DEL: host-local reservations of the attachment's addresses that a
+    /// power loss left empty, which host-local's DEL cannot match (see [`crate::host_local`]).
+    fn release_blank_reservations(&self, record: &Attachment) {
+        let (Ok(list), Some(Ok(result))) = (
+            self.record_list(record),
+            record.result.as_ref().map(AddResult::from_value),
+        ) else {
+            return;
+        };
+        for file in crate::host_local::release_blank(&list, &result) {
+            tracing::info!(
+                container = %record.container_id,
+                file = %file.display(),
+                "removed host-local's empty reservation of the pod's address (a power loss cut its write)"
+            );
+        }
     }
 
     fn record_list(&self, record: &Attachment) -> Result<NetworkConfigList> {

@@ -1,0 +1,122 @@
+//! A repair for host-local, the IPAM plugin most pod networks use: after a power loss its
+//! store can hold a reservation file that is empty.
+//!
+//! host-local reserves an address by creating `<dataDir>/<network>/<ip>` and then writing the
+//! owner's id and interface into it, without an fsync. A node that loses power soon after
+//! keeps the new file (its directory entry reached the journal) but not its content, and
+//! host-local's DEL, which releases by owner, never matches the empty file: the address is
+//! held for good (the plugins' own issue tracker knows it). When crius tears down an
+//! attachment whose ADD result gave an address and host-local's file for that address is empty,
+//! the file is the attachment's own reservation (no other ADD can have created it while it
+//! existed), so crius removes it after a successful DEL.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::config::NetworkConfigList;
+use crate::result::AddResult;
+
+/// host-local's store when its config names no `dataDir`.
+const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
+
+/// The reservation files host-local would keep for `result`'s addresses on `list`: one per
+/// address, for each plugin whose `ipam.type` is `host-local`.
+fn reservation_files(list: &NetworkConfigList, result: &AddResult) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for plugin in &list.plugins {
+        let Some(ipam) = plugin.raw.get("ipam").and_then(Value::as_object) else {
+            continue;
+        };
+        if ipam.get("type").and_then(Value::as_str) != Some("host-local") {
+            continue;
+        }
+        let data_dir = ipam
+            .get("dataDir")
+            .and_then(Value::as_str)
+            .filter(|d| !d.is_empty())
+            .unwrap_or(DEFAULT_DATA_DIR);
+        // The network name is a path component only if it is one (CNI allows few characters
+        // in it, but the file is not trusted to follow the rule).
+        if list.name.is_empty() || list.name.contains('/') || list.name.starts_with('.') {
+            continue;
+        }
+        let dir = Path::new(data_dir).join(&list.name);
+        for ip in &result.ips {
+            files.push(dir.join(ip.address.addr.to_string()));
+        }
+    }
+    files
+}
+
+/// Removes the empty host-local reservations of `result`'s addresses; returns the files
+/// removed. Anything else (a file with an owner, a missing one, an error) is left as it is.
+pub(crate) fn release_blank(list: &NetworkConfigList, result: &AddResult) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    for file in reservation_files(list, result) {
+        let blank = std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file() && m.len() == 0);
+        if blank && std::fs::remove_file(&file).is_ok() {
+            removed.push(file);
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(data_dir: &Path, ipam_type: &str) -> NetworkConfigList {
+        let conf = serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": "podnet",
+            "plugins": [
+                {"type": "bridge", "ipam": {"type": ipam_type, "dataDir": data_dir}},
+                {"type": "portmap", "capabilities": {"portMappings": true}}
+            ]
+        });
+        NetworkConfigList::from_conflist(&serde_json::to_vec(&conf).unwrap(), Path::new("x"))
+            .unwrap()
+    }
+
+    fn result() -> AddResult {
+        AddResult::from_value(&serde_json::json!({
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "10.85.0.5/24"}, {"address": "fd00::5/64"}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_the_empty_reservations_of_the_results_addresses_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = dir.path().join("podnet");
+        std::fs::create_dir(&net).unwrap();
+        std::fs::write(net.join("10.85.0.5"), "").unwrap();
+        std::fs::write(net.join("fd00::5"), "other-owner\r\neth0").unwrap();
+        std::fs::write(net.join("10.85.0.6"), "").unwrap();
+        std::fs::write(net.join("last_reserved_ip.0"), "10.85.0.6").unwrap();
+
+        let removed = release_blank(&list(dir.path(), "host-local"), &result());
+        assert_eq!(removed, vec![net.join("10.85.0.5")]);
+        assert!(
+            net.join("fd00::5").exists(),
+            "a reservation with an owner stays"
+        );
+        assert!(
+            net.join("10.85.0.6").exists(),
+            "an address not in the result stays"
+        );
+        assert!(net.join("last_reserved_ip.0").exists());
+    }
+
+    #[test]
+    fn other_ipam_plugins_are_not_touched() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = dir.path().join("podnet");
+        std::fs::create_dir(&net).unwrap();
+        std::fs::write(net.join("10.85.0.5"), "").unwrap();
+        assert!(release_blank(&list(dir.path(), "dhcp"), &result()).is_empty());
+        assert!(net.join("10.85.0.5").exists());
+    }
+}

@@ -224,7 +224,9 @@ impl From<crius_api::shim::ClientError> for Error {
     }
 }
 
-/// The whole cause chain on one line: `context: cause: cause`.
+/// The whole cause chain on one line: `context: cause: cause`. The modules whose errors are
+/// mapped here (`cgroups`, `stream`, `userns`) call [`crius_common::error_chain`] themselves, so
+/// that they need not import this module, which imports them.
 pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     crius_common::error_chain(err)
 }

@@ -471,7 +471,7 @@ pub async fn remove(cgroup: &str) -> std::result::Result<(), std::io::Error> {
         let unit = unit.to_string();
         let stop = tokio::task::spawn_blocking(move || {
             if let Err(e) = sd.stop(&unit) {
-                tracing::warn!("stop {unit}: {}", crate::error::chain(&e));
+                tracing::warn!("stop {unit}: {}", crius_common::error_chain(&e));
             }
         });
         if let Err(e) = stop.await {
@@ -622,7 +622,7 @@ impl Hierarchy {
             let synced = systemd::resource_properties(r, self.mode())
                 .and_then(|props| sd.set_properties(unit, &props));
             if let Err(e) = synced {
-                tracing::warn!("set the properties of {unit}: {}", crate::error::chain(&e));
+                tracing::warn!("set the properties of {unit}: {}", crius_common::error_chain(&e));
             }
         }
         Ok(())

@@ -73,6 +73,11 @@ pub enum CgroupError {
     /// A requested value that no cgroup could take, found before anything is written.
     #[error("{0}")]
     Invalid(String),
+    /// A request's resources that [`check_resources`] refused: `field` is where they sit in
+    /// the request (`config.linux.resources`), `reason` starts with the name of the value
+    /// below it that is at fault.
+    #[error("{field}.{reason}")]
+    Request { field: String, reason: String },
     #[error("cgroup controller {0} is not mounted on this host")]
     NoController(&'static str),
     #[error("cgroup {0} does not exist")]
@@ -111,7 +116,7 @@ impl CgroupError {
     /// cgroup at all) rather than the host.
     pub fn is_invalid_value(&self) -> bool {
         match self {
-            CgroupError::Invalid(_) => true,
+            CgroupError::Invalid(_) | CgroupError::Request { .. } => true,
             CgroupError::Write { source, .. } => matches!(
                 source.raw_os_error(),
                 Some(libc::EINVAL | libc::ERANGE | libc::EBUSY | libc::ENOSPC | libc::EOVERFLOW)
@@ -622,7 +627,10 @@ impl Hierarchy {
             let synced = systemd::resource_properties(r, self.mode())
                 .and_then(|props| sd.set_properties(unit, &props));
             if let Err(e) = synced {
-                tracing::warn!("set the properties of {unit}: {}", crius_common::error_chain(&e));
+                tracing::warn!(
+                    "set the properties of {unit}: {}",
+                    crius_common::error_chain(&e)
+                );
             }
         }
         Ok(())
@@ -788,33 +796,35 @@ pub const MIN_MEMORY_LIMIT: i64 = 6 << 20;
 
 /// Checks the resources of a request (RunPodSandbox's resources and overhead, CreateContainer,
 /// UpdateContainerResources) before anything is created: one set of rules for every RPC, the
-/// error naming the field (`field` is where `r` sits in the request).
-pub fn check_resources(field: &str, r: &LinuxContainerResources) -> crate::error::Result<()> {
+/// error ([`CgroupError::Request`]) naming the field (`field` is where `r` sits in the request).
+pub fn check_resources(field: &str, r: &LinuxContainerResources) -> Result<()> {
+    let refused = |reason: String| CgroupError::Request {
+        field: field.to_string(),
+        reason,
+    };
     let mode = Hierarchy::host().map(Hierarchy::mode).unwrap_or(Mode::V2);
-    validate(r, mode).map_err(|e| crate::error::Error::InvalidArgument(format!("{field}.{e}")))?;
+    validate(r, mode).map_err(|e| refused(e.to_string()))?;
     for (name, set, online) in [
         ("cpuset_cpus", &r.cpuset_cpus, ONLINE_CPUS),
         ("cpuset_mems", &r.cpuset_mems, ONLINE_NODES),
     ] {
         if let Some(missing) = not_online(set, online) {
-            return Err(crate::error::Error::InvalidArgument(format!(
-                "{field}.{name} {:?} names {missing}, which this node does not have online",
+            return Err(refused(format!(
+                "{name} {:?} names {missing}, which this node does not have online",
                 crate::util::excerpt(set)
             )));
         }
     }
     if !(-1000..=1000).contains(&r.oom_score_adj) {
-        return Err(crate::error::Error::InvalidArgument(format!(
-            "{field}.oom_score_adj {} is out of range (-1000 to 1000)",
+        return Err(refused(format!(
+            "oom_score_adj {} is out of range (-1000 to 1000)",
             r.oom_score_adj
         )));
     }
     if !r.hugepage_limits.is_empty() {
-        check_hugepage_sizes(&r.hugepage_limits, &node_hugepage_sizes())
-            .map_err(|e| crate::error::Error::InvalidArgument(format!("{field}.{e}")))?;
+        check_hugepage_sizes(&r.hugepage_limits, &node_hugepage_sizes()).map_err(refused)?;
     }
-    check_swap(r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes)
-        .map_err(|e| crate::error::Error::InvalidArgument(format!("{field}.{e}")))
+    check_swap(r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes).map_err(refused)
 }
 
 /// Memory and swap together: the kernel refuses a swap limit without a memory limit or below
@@ -1623,7 +1633,7 @@ mod tests {
             let err = check_resources("config.linux.resources", &r).unwrap_err();
             let msg = err.to_string();
             assert!(
-                matches!(err, crate::error::Error::InvalidArgument(_)) && msg.contains(field),
+                matches!(err, CgroupError::Request { .. }) && msg.contains(field),
                 "{field}: {msg}"
             );
             assert!(msg.starts_with("config.linux.resources."), "{msg}");
@@ -1757,26 +1767,5 @@ mod tests {
             let _ = std::fs::remove_dir(root.join(&pod[1..]));
         }
         assert!(made.iter().all(|m| *m), "{roots:?}: {made:?}");
-    }
-
-    #[test]
-    fn errors_map_to_statuses() {
-        use crate::error::Error;
-        let refused = CgroupError::Write {
-            path: "/sys/fs/cgroup/cpuset/x/cpuset.cpus".into(),
-            value: "0-63".into(),
-            source: std::io::Error::from_raw_os_error(libc::EINVAL),
-        };
-        let e: Error = refused.into();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
-        assert!(e.to_string().contains("cpuset.cpus"), "{e}");
-        let e: Error = CgroupError::NotFound("/crius/x".into()).into();
-        assert!(matches!(e, Error::FailedPrecondition(_)));
-        let e: Error = CgroupError::Read {
-            path: "/x".into(),
-            source: std::io::Error::from_raw_os_error(libc::EIO),
-        }
-        .into();
-        assert!(matches!(e, Error::Internal { .. }));
     }
 }

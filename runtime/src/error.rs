@@ -65,15 +65,17 @@ impl Error {
 }
 
 impl From<crate::cgroups::CgroupError> for Error {
-    /// A missing cgroup or controller is the node's state; a bad path or a value the kernel
-    /// refuses is the request's fault.
+    /// A missing cgroup or controller is the node's state; a bad path, resources the checks at
+    /// the door refuse or a value the kernel refuses is the request's fault.
     fn from(e: crate::cgroups::CgroupError) -> Error {
         use crate::cgroups::CgroupError;
         match &e {
             CgroupError::NotFound(_) | CgroupError::NoController(_) => {
                 Error::FailedPrecondition(chain(&e))
             }
-            CgroupError::BadPath { .. } => Error::InvalidArgument(chain(&e)),
+            CgroupError::BadPath { .. } | CgroupError::Request { .. } => {
+                Error::InvalidArgument(chain(&e))
+            }
             _ if e.is_invalid_value() => Error::InvalidArgument(chain(&e)),
             _ => Error::internal("cgroup", e),
         }
@@ -224,7 +226,9 @@ impl From<crius_api::shim::ClientError> for Error {
     }
 }
 
-/// The whole cause chain on one line: `context: cause: cause`.
+/// The whole cause chain on one line: `context: cause: cause`. The modules whose errors are
+/// mapped here (`cgroups`, `stream`, `userns`) call [`crius_common::error_chain`] themselves, so
+/// that they need not import this module, which imports them.
 pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     crius_common::error_chain(err)
 }
@@ -334,6 +338,37 @@ mod tests {
         assert_eq!(code(own), Code::Internal);
         let several = crius_cni::Error::Multiple(vec![failed(999), failed(11)]);
         assert_eq!(code(several), Code::FailedPrecondition, "the first one's");
+    }
+
+    #[test]
+    fn cgroup_errors_map_to_statuses() {
+        use crate::cgroups::CgroupError;
+        let refused = CgroupError::Write {
+            path: "/sys/fs/cgroup/cpuset/x/cpuset.cpus".into(),
+            value: "0-63".into(),
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        };
+        let e: Error = refused.into();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains("cpuset.cpus"), "{e}");
+        let e: Error = CgroupError::NotFound("/crius/x".into()).into();
+        assert!(matches!(e, Error::FailedPrecondition(_)));
+        let e: Error = CgroupError::Read {
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(libc::EIO),
+        }
+        .into();
+        assert!(matches!(e, Error::Internal { .. }));
+        // The checks at the door: the message is the field and the reason, as is.
+        let status = to_status(&Error::from(CgroupError::Request {
+            field: "config.linux.resources".into(),
+            reason: "cpu_shares -1 is negative".into(),
+        }));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(
+            status.message(),
+            "config.linux.resources.cpu_shares -1 is negative"
+        );
     }
 
     #[test]

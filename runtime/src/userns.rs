@@ -487,7 +487,7 @@ fn probe_idmapped_bind(root: &Path) -> Result<(), String> {
     let _ = std::fs::remove_dir(&src);
     let _ = std::fs::remove_dir(&dst);
     let _ = std::fs::remove_dir(&dir);
-    attempt.map_err(|e| crate::error::chain(&e))
+    attempt.map_err(|e| crius_common::error_chain(&e))
 }
 
 fn probe_mapping() -> Result<LinuxIdMapping, String> {

@@ -260,7 +260,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("private");
         let err = Systemd::connect(&socket).unwrap_err();
-        let msg = crate::error::chain(&err);
+        let msg = crius_common::error_chain(&err);
         assert!(
             msg.contains(&format!("systemd does not answer at {}", socket.display())),
             "{msg}"

@@ -1,4 +1,5 @@
-//! The systemd driver: unit names, the cgroup paths they stand for, and unit properties.
+//! The systemd driver: unit names, the cgroup paths they stand for, unit properties, and
+//! putting a new container into its scope ([`attach`]).
 //!
 //! With the systemd driver kubelet names pod cgroups by slice (`kubepods-besteffort-pod<uid>.slice`,
 //! a dash marking each parent). crius gives each pod a transient slice of its own, below the
@@ -17,8 +18,13 @@
 
 use crius_api::v1::LinuxContainerResources;
 
+use crate::config::CgroupDriver;
+
 use super::dbus::Value;
-use super::{CgroupError, Mode, Result};
+use super::{
+    container_cgroups_path, driver, fs_path, hierarchies, manager, write_file, CgroupError, Driver,
+    Hierarchy, Mode, Result,
+};
 
 /// The scope prefix of crius's containers: `crius-<id>.scope`.
 pub const SCOPE_PREFIX: &str = "crius";
@@ -315,14 +321,73 @@ pub fn slice_properties(pod_id: &str, mode: Mode) -> Vec<(String, Value)> {
     props
 }
 
+/// With the systemd driver: puts the just-created container `id` (its init process `pid`,
+/// not yet started) of the pod whose cgroup is `pod_cgroup` into its transient scope, made in
+/// the pod's slice (and the pod's own slice first, when crius owns it) with the limits
+/// libcontainer wrote. Call it right after the shim created the container, before it starts.
+/// Nothing to do with cgroupfs.
+pub async fn attach(pod_cgroup: &str, id: &str, pid: i32) -> Result<()> {
+    let Driver::Systemd(sd) = driver() else {
+        return Ok(());
+    };
+    let pid = u32::try_from(pid)
+        .map_err(|_| CgroupError::Internal(format!("container {id}: no process (pid {pid})")))?;
+    let (pod, owned_id) = (pod_cgroup.to_string(), id.to_string());
+    tokio::task::spawn_blocking(move || attach_scope(sd, &pod, &owned_id, pid))
+        .await
+        .map_err(|e| CgroupError::Internal(format!("container {id}: attach to systemd: {e}")))?
+}
+
+fn attach_scope(sd: &manager::Systemd, pod_cgroup: &str, id: &str, pid: u32) -> Result<()> {
+    let hierarchy = Hierarchy::host()?;
+    let mode = hierarchy.mode();
+    let cgroup = container_cgroups_path(CgroupDriver::Systemd, pod_cgroup, id);
+    let slice = unit_of(pod_cgroup)
+        .filter(|u| u.ends_with(".slice"))
+        .ok_or_else(|| CgroupError::BadPath {
+            path: pod_cgroup.to_string(),
+            reason: "the systemd driver needs a pod slice",
+        })?;
+    if let Some(pod_id) = own_slice_pod_id(slice, None) {
+        sd.start_transient(slice, &slice_properties(pod_id, mode), true)?;
+    }
+    // What libcontainer wrote from the spec; the scope gets the same values.
+    let limits = hierarchy.read(&cgroup)?;
+    let scope = scope_name(id);
+    let props = scope_properties(id, slice, pid, &limits, mode)?;
+    sd.start_transient(&scope, &props, false)?;
+    rejoin(&cgroup, pid)?;
+    // systemd wrote its values (and defaults for what it was not told) into the controllers
+    // it manages: put libcontainer's back, the ones systemd cannot express included.
+    hierarchy.apply_files(&cgroup, &limits)
+}
+
+/// Moves `pid` into `cgroup` in every hierarchy where that cgroup exists (libcontainer made
+/// them): systemd puts a scope's processes into the scope only for the controllers it manages
+/// and into the nearest ancestor it manages for the others.
+fn rejoin(cgroup: &str, pid: u32) -> Result<()> {
+    let rel = fs_path(cgroup)?;
+    let rel = rel.trim_start_matches('/');
+    for h in hierarchies() {
+        let procs = h.join(rel).join("cgroup.procs");
+        if !procs.exists() {
+            continue;
+        }
+        write_file(&procs, &pid.to_string()).map_err(|source| CgroupError::Write {
+            path: procs.clone(),
+            value: pid.to_string(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cgroups::manager::Systemd;
-    use crate::cgroups::{
-        container_cgroups_path, fs_path, owned_by_crius, pod_cgroup_with, Driver,
-    };
-    use crate::config::CgroupDriver;
+    use crate::cgroups::paths::pod_cgroup_with;
+    use crate::cgroups::{owned_by_crius, Driver};
     use std::path::Path;
 
     #[test]

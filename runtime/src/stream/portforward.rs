@@ -146,7 +146,7 @@ async fn connect(port: u16, netns: Option<&Path>) -> io::Result<TcpStream> {
     })
     .await
     .map_err(|_| io::Error::other("connect thread ended without an answer"))?
-    .map_err(|e| io::Error::other(crate::error::chain(&e)))??;
+    .map_err(|e| io::Error::other(crius_common::error_chain(&e)))??;
     stream.set_nonblocking(true)?;
     TcpStream::from_std(stream)
 }

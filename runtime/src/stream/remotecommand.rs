@@ -213,7 +213,7 @@ async fn run(
 ) -> Outcome {
     let (mut shim, stdio) = match shim_io::open(&target.shim_socket, target.op.clone()).await {
         Ok(x) => x,
-        Err(e) => return Outcome::Failed(crate::error::chain(&e)),
+        Err(e) => return Outcome::Failed(crius_common::error_chain(&e)),
     };
     let Stdio {
         stdin,
@@ -300,7 +300,7 @@ fn exit_of(answer: Result<Option<Response>, StreamError>) -> Outcome {
         Ok(Some(Response::Err(e))) => Outcome::Failed(e.message),
         Ok(Some(Response::Ok(_))) => Outcome::Failed("unexpected answer from the shim".into()),
         Ok(None) => Outcome::Failed("the shim closed the session".into()),
-        Err(e) => Outcome::Failed(crate::error::chain(&e)),
+        Err(e) => Outcome::Failed(crius_common::error_chain(&e)),
     }
 }
 

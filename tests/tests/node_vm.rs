@@ -26,8 +26,9 @@ use tonic::transport::Channel;
 /// The guest's address for the host's registry (qemu's guestfwd), with the registry's port.
 const GUEST_REGISTRY: &str = "10.0.2.100";
 const GUEST_SOCKET: &str = "/run/crius/crius.sock";
-/// qemu is killed after this long whatever happens to the test (the smoke takes 2 to 3 minutes).
-const GUEST_LIFETIME_SECS: u64 = 900;
+/// qemu is killed after this long whatever happens to the test (the smoke with its reboots
+/// takes 5 to 7 minutes).
+const GUEST_LIFETIME_SECS: u64 = 1500;
 
 /// A running node VM, stopped on drop.
 struct Guest {
@@ -57,6 +58,45 @@ impl Guest {
         );
         eprintln!("node vm: booted in {:.1?}", started.elapsed());
         guest
+    }
+
+    /// A power loss and the next boot: qemu killed, then the same disk booted again.
+    fn power_cycle(&self, registry_port: u16) {
+        let out = self.node_vm(&["kill"]);
+        assert!(
+            out.status.success(),
+            "node-vm kill: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let started = Instant::now();
+        let out = Command::new(&self.script)
+            .args(["start", self.dir.path().to_str().unwrap()])
+            .arg(registry_port.to_string())
+            .env("CRIUS_NODE_VM_LIFETIME", GUEST_LIFETIME_SECS.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "node-vm start after a kill: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!(
+            "node vm: booted again after a power loss in {:.1?}",
+            started.elapsed()
+        );
+    }
+
+    /// A clean `systemctl reboot`; returns once the guest answers from its new boot.
+    fn reboot(&self) {
+        let started = Instant::now();
+        let out = self.node_vm(&["reboot"]);
+        assert!(
+            out.status.success(),
+            "node-vm reboot: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("node vm: rebooted in {:.1?}", started.elapsed());
     }
 
     fn node_vm(&self, args: &[&str]) -> Output {
@@ -194,11 +234,20 @@ fn pod_config(name: &str) -> PodSandboxConfig {
 
 /// crius restarted by systemd with `[cgroup] driver = "<driver>"` in /etc/crius/config.toml.
 fn use_driver(guest: &Guest, driver: &str) {
-    guest.sh(&format!(
-        "sed -i 's/^driver = .*/driver = \"{driver}\"/' /etc/crius/config.toml && \
-         grep -qx 'driver = \"{driver}\"' /etc/crius/config.toml && \
-         systemctl restart crius && systemctl is-active crius"
-    ));
+    let out = guest.node_vm(&[
+        "ssh",
+        &format!(
+            "sed -i 's/^driver = .*/driver = \"{driver}\"/' /etc/crius/config.toml && \
+             grep -qx 'driver = \"{driver}\"' /etc/crius/config.toml && \
+             systemctl restart crius && systemctl is-active crius"
+        ),
+    ]);
+    assert!(
+        out.status.success(),
+        "crius with the {driver} driver: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        journal(guest)
+    );
 }
 
 /// RunPodSandbox, PullImage, CreateContainer, StartContainer, ExecSync, the log, StopContainer,
@@ -407,6 +456,182 @@ async fn crius_deb_runs_pods_on_a_systemd_cgroup2_apparmor_node() {
     // The service stops cleanly, as on a node's shutdown.
     guest.sh("systemctl stop crius && ! systemctl is-failed crius");
     eprintln!("node vm: install and smoke in {:.1?}", started.elapsed());
+
+    let started = Instant::now();
+    guest.sh("systemctl start crius && systemctl is-active crius");
+    reboots(&guest, &image, port).await;
+    eprintln!(
+        "node vm: reboot and power loss in {:.1?}",
+        started.elapsed()
+    );
+}
+
+/// Pods `<prefix>-0` and `<prefix>-1` (attempt `attempt`), each with a sleeper: their ids and
+/// the ids of their containers.
+async fn sleeping_pods(
+    guest: &Guest,
+    c: &mut Client,
+    image: &str,
+    prefix: &str,
+    attempt: u32,
+) -> Vec<(String, String)> {
+    let mut pods = Vec::new();
+    for i in 0..2 {
+        let mut config = pod_config(&format!("{prefix}-{i}"));
+        if let Some(m) = config.metadata.as_mut() {
+            m.attempt = attempt;
+        }
+        let pod = run_pod(guest, c, &config).await;
+        // kubelet counts the container's attempts on too: its name is new.
+        let mut container = container_config("sleep", image, &["sleep", "3600"]);
+        if let Some(m) = container.metadata.as_mut() {
+            m.attempt = attempt;
+        }
+        let id = create_start(c, &pod, &config, container)
+            .await
+            .unwrap_or_else(|s| {
+                panic!(
+                    "create and start in {prefix}-{i}: {s:?}\n{}",
+                    journal(guest)
+                )
+            });
+        pods.push((pod, id));
+    }
+    pods
+}
+
+/// Waits for systemd to report crius active after a boot (its start probes the runtime
+/// handlers, 10 to 20 s under TCG): panics with the journal if it fails or takes over 3 min.
+fn wait_active(guest: &Guest) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let out = guest.node_vm(&["ssh", "systemctl is-active crius"]);
+        let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        match state.as_str() {
+            "active" => return,
+            "activating" | "inactive" if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_secs(1))
+            }
+            _ => panic!("crius after the boot: {state}\n{}", journal(guest)),
+        }
+    }
+}
+
+/// Polls `cmd` in the guest until it prints nothing (60 s at most): what it prints at the end.
+fn until_empty(guest: &Guest, cmd: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = guest.sh(cmd);
+        if out.trim().is_empty() || Instant::now() > deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Addresses host-local still holds for the package's bridge network (a reboot keeps them),
+/// CNI attachments crius still caches, and netns pins.
+const NETWORK_HELD: &str =
+    "ls /var/lib/cni/networks/crius | grep -v -e '^lock$' -e '^last_reserved_ip'; \
+                            ls /var/lib/crius/cni; ls /run/crius/netns 2>/dev/null; true";
+
+/// The pods of an earlier boot as crius reports them: every pod not ready, every container
+/// exited, none holding an address. `reset` says the boot ended without a shutdown, so no
+/// container's end was seen: each must say the node restarted.
+async fn after_boot(guest: &Guest, c: &mut Client, pods: &[(String, String)], reset: bool) {
+    for (pod, id) in pods {
+        let status =
+            c.rt.pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: pod.clone(),
+                verbose: false,
+            })
+            .await
+            .unwrap_or_else(|s| panic!("PodSandboxStatus {pod} after the boot: {s:?}"))
+            .into_inner()
+            .status
+            .unwrap();
+        assert_eq!(
+            status.state,
+            PodSandboxState::SandboxNotready as i32,
+            "pod {pod}"
+        );
+        let container = container_status(c, id).await;
+        assert_eq!(
+            container.state,
+            ContainerState::ContainerExited as i32,
+            "{container:?}"
+        );
+        if reset {
+            assert_eq!(container.exit_code, 255, "{container:?}");
+            assert_eq!(container.reason, "NodeRestarted", "{container:?}");
+            assert!(
+                container.message.contains("the node restarted"),
+                "{container:?}"
+            );
+        }
+    }
+    // Released by crius itself at start, before kubelet stops the old pods.
+    let held = until_empty(guest, NETWORK_HELD);
+    assert_eq!(
+        held.trim(),
+        "",
+        "network of the earlier boot's pods still held\n{}",
+        journal(guest)
+    );
+}
+
+/// A clean reboot, then a power loss, with pods running each time: after each boot crius runs
+/// (started by systemd), reports the earlier pods not ready and their containers exited (after
+/// the power loss with reason `NodeRestarted`), has released their addresses on its own, and
+/// runs the pods kubelet creates again; once every pod is removed nothing of them is left.
+async fn reboots(guest: &Guest, image: &str, registry_port: u16) {
+    let mut c = guest.crius("before-reboot").await;
+    let first = sleeping_pods(guest, &mut c, image, "boot", 0).await;
+    drop(c);
+
+    guest.reboot();
+    wait_active(guest);
+    let mut c = guest.crius("after-reboot").await;
+    after_boot(guest, &mut c, &first, false).await;
+    // kubelet's next attempt of the same pods.
+    let second = sleeping_pods(guest, &mut c, image, "boot", 1).await;
+    drop(c);
+
+    guest.power_cycle(registry_port);
+    wait_active(guest);
+    let mut c = guest.crius("after-power-loss").await;
+    after_boot(guest, &mut c, &first, false).await;
+    after_boot(guest, &mut c, &second, true).await;
+    let third = sleeping_pods(guest, &mut c, image, "boot", 2).await;
+
+    // kubelet removes what it no longer wants: everything.
+    for (pod, _) in first.iter().chain(&second).chain(&third) {
+        c.rt.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: pod.clone(),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("StopPodSandbox {pod}: {s:?}\n{}", journal(guest)));
+        c.rt.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: pod.clone(),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("RemovePodSandbox {pod}: {s:?}\n{}", journal(guest)));
+    }
+    let containers =
+        c.rt.list_containers(ListContainersRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+    assert!(containers.is_empty(), "{containers:?}");
+    let left = guest.sh(&format!(
+        "{NETWORK_HELD}; ls /var/lib/crius/containers; ls /var/lib/crius/leases; \
+         find /sys/fs/cgroup -name 'crius-*' ! -name 'crius-*.slice' -o -path '/sys/fs/cgroup/crius/*'; \
+         find /sys/fs/cgroup/crius.slice -mindepth 1 -type d 2>/dev/null; \
+         systemctl list-units --all --plain --no-legend 'crius-*'; \
+         awk '$5 ~ \"^/run/crius/\" && $5 != \"/run/crius/bin\" {{print $5}}' /proc/self/mountinfo"
+    ));
+    assert_eq!(left.trim(), "", "left behind after the reboots");
 }
 
 /// A container `name` of `image` running `command`, its log at `<name>/0.log`.
@@ -856,4 +1081,239 @@ async fn bench_pod_start_against_containerd() {
             ours / theirs
         );
     }
+}
+
+/// What one call of a power-loss burst was answered before the power went.
+#[derive(Debug, Default, Clone)]
+struct Acked {
+    pod: Option<String>,
+    container: Option<String>,
+    started: bool,
+    stopped: bool,
+}
+
+/// One of the burst's 20 workers: RunPodSandbox, CreateContainer, StartContainer,
+/// StopContainer, in turn, noting each answer as it comes; the first error (the power going)
+/// ends it.
+async fn burst_worker(
+    mut c: RuntimeServiceClient<Channel>,
+    image: String,
+    name: String,
+    acked: std::sync::Arc<std::sync::Mutex<Acked>>,
+) {
+    let note = |f: &dyn Fn(&mut Acked)| {
+        if let Ok(mut a) = acked.lock() {
+            f(&mut a);
+        }
+    };
+    let config = pod_config(&name);
+    let Ok(pod) = c
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+    else {
+        return;
+    };
+    let pod = pod.into_inner().pod_sandbox_id;
+    note(&|a| a.pod = Some(pod.clone()));
+    let Ok(id) = c
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(container_config("sleep", &image, &["sleep", "3600"])),
+            sandbox_config: Some(config),
+        })
+        .await
+    else {
+        return;
+    };
+    let id = id.into_inner().container_id;
+    note(&|a| a.container = Some(id.clone()));
+    let start = StartContainerRequest {
+        container_id: id.clone(),
+    };
+    if c.start_container(start).await.is_err() {
+        return;
+    }
+    note(&|a| a.started = true);
+    let stop = StopContainerRequest {
+        container_id: id,
+        timeout: 0,
+    };
+    if c.stop_container(stop).await.is_ok() {
+        note(&|a| a.stopped = true);
+    }
+}
+
+/// A power loss in the middle of work, `CRIUS_NODE_VM_POWER_LOSS` times (`make test-node`: 10):
+/// 20 pods at once go through RunPodSandbox, CreateContainer, StartContainer and
+/// StopContainer, and qemu is killed at a different moment of the burst each round. After
+/// every boot crius runs, its database opens, and what it reports agrees with itself and with
+/// what clients were told: every pod whose RunPodSandbox was answered is there and not ready,
+/// every container is exited and in a pod crius has, a container whose create was answered is
+/// there or reported NotFound (its record is written unflushed, as the README says), none
+/// is running, and every pod can be stopped and removed, releasing its address. Skipped
+/// unless the variable is set, with `CRIUS_NODE_DEB` as for the smoke.
+#[tokio::test(flavor = "multi_thread")]
+async fn power_loss_during_a_burst_of_calls() {
+    let (Some(deb), Some(rounds)) = (
+        std::env::var_os("CRIUS_NODE_DEB"),
+        std::env::var("CRIUS_NODE_VM_POWER_LOSS")
+            .ok()
+            .and_then(|n| n.parse::<u64>().ok()),
+    ) else {
+        eprintln!("skipped: set CRIUS_NODE_VM_POWER_LOSS=<rounds> and CRIUS_NODE_DEB");
+        return;
+    };
+    let registry = Registry::start().unwrap();
+    let pushed = images::push(&registry, TestImage::Busybox).unwrap();
+    let port = registry.port();
+    let guest_registry = format!("{GUEST_REGISTRY}:{port}");
+    let image = pushed
+        .reference
+        .replace(&registry.host_port(), &guest_registry);
+    let guest = Guest::start(port);
+    guest.copy(Path::new(&deb), "/root/crius.deb");
+    guest.sh(&format!(
+        "dpkg -i /root/crius.deb >/dev/null && mkdir -p /etc/crius/certs.d/{guest_registry} && \
+         printf 'server = \"http://{guest_registry}\"\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml && \
+         sed -i 's/^driver = .*/driver = \"systemd\"/' /etc/crius/config.toml && \
+         systemctl restart crius && systemctl is-active crius"
+    ));
+    let mut pulled = false;
+    for round in 0..rounds {
+        let mut c = guest.crius(&format!("burst-{round}")).await;
+        if !pulled {
+            c.image
+                .pull_image(PullImageRequest {
+                    image: Some(ImageSpec {
+                        image: image.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .unwrap_or_else(|s| panic!("PullImage: {s:?}\n{}", journal(&guest)));
+            pulled = true;
+        }
+        let acked: Vec<_> = (0..20)
+            .map(|_| std::sync::Arc::new(std::sync::Mutex::new(Acked::default())))
+            .collect();
+        let workers: Vec<_> = acked
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                tokio::spawn(burst_worker(
+                    c.rt.clone(),
+                    image.clone(),
+                    format!("burst-{round}-{i}"),
+                    std::sync::Arc::clone(a),
+                ))
+            })
+            .collect();
+        // A different moment of the burst each round: 0.3 s to 6 s in.
+        let cut = Duration::from_millis(300 + (round * 1_900) % 5_700);
+        tokio::time::sleep(cut).await;
+        guest.power_cycle(port);
+        for w in workers {
+            let _ = w.await;
+        }
+        drop(c);
+        let acked: Vec<Acked> = acked
+            .iter()
+            .map(|a| a.lock().map(|a| a.clone()).unwrap_or_default())
+            .collect();
+        wait_active(&guest);
+        let mut c = guest.crius(&format!("after-burst-{round}")).await;
+        let summary = after_power_loss(&guest, &mut c, &acked).await;
+        eprintln!("node vm: power loss {round} at {cut:?} into the burst: {summary}");
+    }
+}
+
+/// The checks of [`power_loss_during_a_burst_of_calls`] after one boot, then every pod
+/// stopped and removed and nothing of them left: a line saying what the clients had been told.
+async fn after_power_loss(guest: &Guest, c: &mut Client, acked: &[Acked]) -> String {
+    let pods =
+        c.rt.list_pod_sandbox(ListPodSandboxRequest::default())
+            .await
+            .unwrap_or_else(|s| panic!("ListPodSandbox after the boot: {s:?}\n{}", journal(guest)))
+            .into_inner()
+            .items;
+    let containers =
+        c.rt.list_containers(ListContainersRequest::default())
+            .await
+            .unwrap_or_else(|s| panic!("ListContainers after the boot: {s:?}\n{}", journal(guest)))
+            .into_inner()
+            .containers;
+    let pod_ids: std::collections::HashSet<&str> = pods.iter().map(|p| p.id.as_str()).collect();
+    for p in &pods {
+        assert_eq!(p.state, PodSandboxState::SandboxNotready as i32, "{p:?}");
+    }
+    for k in &containers {
+        assert!(
+            pod_ids.contains(k.pod_sandbox_id.as_str()),
+            "container {} in a pod crius does not list",
+            k.id
+        );
+        let status = container_status(c, &k.id).await;
+        assert_eq!(
+            status.state,
+            ContainerState::ContainerExited as i32,
+            "{status:?}"
+        );
+    }
+    let (mut pods_acked, mut created, mut started, mut stopped, mut creates_lost) = (0, 0, 0, 0, 0);
+    for a in acked {
+        if let Some(pod) = &a.pod {
+            pods_acked += 1;
+            assert!(
+                pod_ids.contains(pod.as_str()),
+                "pod {pod} was answered, then lost"
+            );
+        }
+        if let Some(id) = &a.container {
+            created += 1;
+            started += a.started as u32;
+            stopped += a.stopped as u32;
+            let got =
+                c.rt.container_status(ContainerStatusRequest {
+                    container_id: id.clone(),
+                    verbose: false,
+                })
+                .await;
+            match got {
+                Ok(s) => {
+                    let s = s.into_inner().status.expect("a status");
+                    assert_eq!(s.state, ContainerState::ContainerExited as i32, "{s:?}");
+                }
+                Err(s) if s.code() == tonic::Code::NotFound => creates_lost += 1,
+                Err(s) => panic!("ContainerStatus {id} after the boot: {s:?}"),
+            }
+        }
+    }
+    for p in &pods {
+        c.rt.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: p.id.clone(),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("StopPodSandbox {}: {s:?}\n{}", p.id, journal(guest)));
+        c.rt.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: p.id.clone(),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("RemovePodSandbox {}: {s:?}\n{}", p.id, journal(guest)));
+    }
+    let left = guest.sh(&format!(
+        "{NETWORK_HELD}; ls /var/lib/crius/containers; \
+         systemctl list-units --all --plain --no-legend 'crius-*'; \
+         find /sys/fs/cgroup/crius.slice -mindepth 1 -type d 2>/dev/null; true"
+    ));
+    assert_eq!(left.trim(), "", "left behind after removing every pod");
+    format!(
+        "{} pods listed ({pods_acked} answered), {} containers ({created} creates answered, \
+         {creates_lost} of them gone; {started} starts, {stopped} stops answered)",
+        pods.len(),
+        containers.len()
+    )
 }

@@ -199,10 +199,27 @@ impl Daemon {
     /// boot ended with it. Each is recorded exited (255, reason `NodeRestarted`, the boot ids
     /// in the message) without asking its shim, which went with the boot. Interrupted creates
     /// are left to [`Daemon::recover_containers`], which removes them.
+    ///
+    /// A `Creating` container whose image lease is on disk had its create done by the shim
+    /// before the boot ended ([`Daemon::recover_containers`] adopts such a container when its
+    /// shim still has it); after a power loss its `Created` write may be what was lost. It is
+    /// recorded the same way, so its answered create is not reported as a failure.
     pub fn settle_containers_after_reboot(&self, boot: &crate::boot::Boot) {
         let message = boot.message();
+        let leased = match self.images.lease_holders() {
+            Ok(holders) => holders,
+            Err(e) => {
+                tracing::warn!("list image leases: {e}");
+                Default::default()
+            }
+        };
         for c in self.containers.all() {
-            if matches!(c.state, ContainerState::Created | ContainerState::Running) {
+            let ended = match c.state {
+                ContainerState::Created | ContainerState::Running => true,
+                ContainerState::Creating => leased.contains(&c.id),
+                ContainerState::Exited => false,
+            };
+            if ended {
                 self.record_unseen_exit(&c.id, "NodeRestarted", &message);
             }
         }

@@ -60,14 +60,6 @@ STATIC_ENV  = RUSTFLAGS="$(BASE_RUSTFLAGS) -C target-feature=+crt-static" LIBSEC
               LIBSECCOMP_LIB_PATH="$$(pkg-config --variable=libdir libseccomp)"
 STATIC_SHIM = $(STATIC_ENV) $(CARGO) build --target $(HOST_TRIPLE) -p crius-shim \
               --bin crius-shim --bin crius-shim-helper
-# The release daemon is linked by runtime/link-hot-first: lld, with the functions the calls run
-# laid out together (runtime/hot-text.txt lists them by their v0-mangled names), for less
-# resident text (docs/architecture.md, "Hot text first"); -W linker-messages shows how many of
-# the listed names it found.
-HOST_TRIPLE_ENV = $(shell echo $(HOST_TRIPLE) | tr a-z- A-Z_)
-HOT_FIRST_ENV = RUSTFLAGS="$(BASE_RUSTFLAGS) -C target-feature=+crt-static -C symbol-mangling-version=v0 -W linker-messages" \
-              CARGO_TARGET_$(HOST_TRIPLE_ENV)_LINKER=$(CURDIR)/runtime/link-hot-first \
-              CRIUS_GCC_LD="$$(rustc --print sysroot)/lib/rustlib/$(HOST_TRIPLE)/bin/gcc-ld"
 CRIUS_BUILD = $(CARGO) build --target $(HOST_TRIPLE) -p crius --bin crius
 # The debug build is one cargo run: the tests and every binary of the workspace, static, for
 # the host triple. The tests run the crius, crius-shim and crius-shim-helper it leaves in
@@ -99,14 +91,11 @@ build: check-rust
 	$(TEST_CARGO) --no-run
 
 # crius finds crius-shim beside itself: the release-shim builds are linked in next to it. Only
-# the three installed binaries are built: dynamic release builds of the rest (the daemon's
-# would be a second LTO link for nothing) shared target/release's build scripts and proc
-# macros with the daemon's build, whose linker (link-hot-first, set for the host triple) also
-# links those, so each of the two rebuilt some 140 crates the other had built: every
-# `make build-release` (and `make run`) took 5.5 minutes here with nothing changed.
+# the three installed binaries are built: a dynamic release build of the rest would be a second
+# LTO link of the daemon for nothing.
 build-release: check-rust
 	$(STATIC_SHIM) --profile release-shim
-	$(STATIC_ENV) $(HOT_FIRST_ENV) $(CRIUS_BUILD) --release
+	$(STATIC_ENV) $(CRIUS_BUILD) --release
 	ln -f target/$(HOST_TRIPLE)/release-shim/crius-shim target/$(HOST_TRIPLE)/release-shim/crius-shim-helper \
 	  target/$(HOST_TRIPLE)/release/
 

@@ -101,7 +101,8 @@ pub(super) fn child(
 ) -> std::result::Result<std::convert::Infallible, String> {
     let syscall = create_syscall();
     let os = |what: &str| format!("{what}: {}", io::Error::last_os_error());
-    let sys = |what: &str, e: &dyn std::error::Error| crate::libct::chain(what, e);
+    let sys =
+        |what: &str, e: &dyn std::error::Error| format!("{what}: {}", crius_common::error_chain(e));
     let process = &p.process;
 
     // SAFETY: setsid, dup2 and ioctl(TIOCSCTTY) only change this process's attributes.
@@ -226,6 +227,9 @@ pub(super) fn load_seccomp(seccomp: Option<&LinuxSeccomp>) -> std::result::Resul
             drop(unsafe { OwnedFd::from_raw_fd(fd) });
             Err("seccomp: an unexpected notify listener".to_owned())
         }
-        Err(e) => Err(crate::libct::chain("load the seccomp filter", &e)),
+        Err(e) => Err(format!(
+            "load the seccomp filter: {}",
+            crius_common::error_chain(&e)
+        )),
     }
 }

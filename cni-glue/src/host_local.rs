@@ -8,7 +8,9 @@
 //! held for good (the plugins' own issue tracker knows it). When crius tears down an
 //! attachment whose ADD result gave an address and host-local's file for that address is empty,
 //! the file is the attachment's own reservation (no other ADD can have created it while it
-//! existed), so crius removes it after a successful DEL.
+//! existed), so crius removes it after a successful DEL. An ADD the power cut before it
+//! answered left no result naming its address: after a reboot, before crius serves, every empty
+//! reservation in the stores its attachments used goes.
 
 use std::path::{Path, PathBuf};
 
@@ -20,10 +22,14 @@ use crate::result::AddResult;
 /// host-local's store when its config names no `dataDir`.
 const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
 
-/// The reservation files host-local would keep for `result`'s addresses on `list`: one per
-/// address, for each plugin whose `ipam.type` is `host-local`.
-fn reservation_files(list: &NetworkConfigList, result: &AddResult) -> Vec<PathBuf> {
-    let mut files = Vec::new();
+/// host-local's store directory for `list`'s network, if a plugin of it uses host-local.
+fn data_dirs(list: &NetworkConfigList) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    // The network name is a path component only if it is one (CNI allows few characters in
+    // it, but the file is not trusted to follow the rule).
+    if list.name.is_empty() || list.name.contains('/') || list.name.starts_with('.') {
+        return dirs;
+    }
     for plugin in &list.plugins {
         let Some(ipam) = plugin.raw.get("ipam").and_then(Value::as_object) else {
             continue;
@@ -36,12 +42,47 @@ fn reservation_files(list: &NetworkConfigList, result: &AddResult) -> Vec<PathBu
             .and_then(Value::as_str)
             .filter(|d| !d.is_empty())
             .unwrap_or(DEFAULT_DATA_DIR);
-        // The network name is a path component only if it is one (CNI allows few characters
-        // in it, but the file is not trusted to follow the rule).
-        if list.name.is_empty() || list.name.contains('/') || list.name.starts_with('.') {
+        dirs.push(Path::new(data_dir).join(&list.name));
+    }
+    dirs
+}
+
+/// After a reboot, before any ADD of this boot: every empty reservation in the host-local
+/// stores of `lists`. host-local writes a reservation's owner right after creating its file,
+/// so with no ADD running an empty one is a write a power loss cut, whoever it was for (an
+/// attachment whose ADD never answered has no result naming its address). Returns the files
+/// removed.
+pub(crate) fn release_all_blank<'a>(
+    lists: impl IntoIterator<Item = &'a NetworkConfigList>,
+) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = lists.into_iter().flat_map(data_dirs).collect();
+    dirs.sort();
+    dirs.dedup();
+    let mut removed = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
+        };
+        for entry in entries.flatten() {
+            let is_address = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<std::net::IpAddr>().is_ok());
+            let path = entry.path();
+            let blank = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() == 0);
+            if is_address && blank && std::fs::remove_file(&path).is_ok() {
+                removed.push(path);
+            }
         }
-        let dir = Path::new(data_dir).join(&list.name);
+    }
+    removed
+}
+
+/// The reservation files host-local would keep for `result`'s addresses on `list`: one per
+/// address, for each plugin whose `ipam.type` is `host-local`.
+fn reservation_files(list: &NetworkConfigList, result: &AddResult) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for dir in data_dirs(list) {
         for ip in &result.ips {
             files.push(dir.join(ip.address.addr.to_string()));
         }
@@ -108,6 +149,22 @@ mod tests {
             "an address not in the result stays"
         );
         assert!(net.join("last_reserved_ip.0").exists());
+    }
+
+    #[test]
+    fn after_a_reboot_every_empty_reservation_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let net = dir.path().join("podnet");
+        std::fs::create_dir(&net).unwrap();
+        std::fs::write(net.join("10.85.0.5"), "").unwrap();
+        std::fs::write(net.join("10.85.0.6"), "").unwrap();
+        std::fs::write(net.join("10.85.0.7"), "owner\r\neth0").unwrap();
+        std::fs::write(net.join("lock"), "").unwrap();
+        let l = list(dir.path(), "host-local");
+        let mut removed = release_all_blank([&l, &l]);
+        removed.sort();
+        assert_eq!(removed, vec![net.join("10.85.0.5"), net.join("10.85.0.6")]);
+        assert!(net.join("10.85.0.7").exists() && net.join("lock").exists());
     }
 
     #[test]

@@ -323,6 +323,21 @@ impl Network {
         Ok(())
     }
 
+    /// After a reboot, before any ADD of this boot: host-local's empty reservations in the
+    /// stores of every recorded attachment's network (host-local leaves them unsynced). Returns the
+    /// files removed.
+    pub fn release_blank_reservations_after_reboot(&self) -> Vec<PathBuf> {
+        let mut lists = Vec::new();
+        for id in self.cache.container_ids().unwrap_or_default() {
+            for record in self.cache.list(&id).unwrap_or_default() {
+                if let Ok(list) = self.record_list(&record) {
+                    lists.push(list);
+                }
+            }
+        }
+        crate::host_local::release_all_blank(&lists)
+    }
+
     /// After a successful DEL: host-local reservations of the attachment's addresses that a
     /// power loss left empty, which host-local's DEL cannot match (see [`crate::host_local`]).
     fn release_blank_reservations(&self, record: &Attachment) {

@@ -14,6 +14,13 @@ impl Daemon {
     /// stopped in the background as StopPodSandbox would, so the addresses are free before
     /// kubelet asks; its later StopPodSandbox finds nothing left to do.
     pub fn settle_pods_after_reboot(self: &Arc<Self>) {
+        // Before any ADD of this boot (crius does not serve yet).
+        for file in self.network.release_blank_reservations_after_reboot() {
+            tracing::info!(
+                file = %file.display(),
+                "removed an empty host-local reservation a power loss left"
+            );
+        }
         let mut holding = Vec::new();
         for record in self.sandboxes.all() {
             if record.state == SandboxState::Ready {

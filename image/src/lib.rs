@@ -20,6 +20,7 @@ pub mod records;
 pub mod reference;
 pub mod registry;
 mod singleflight;
+mod snapshots;
 mod store;
 pub mod unpack;
 
@@ -28,8 +29,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use export::ExportReport;
 pub use import::ImportReport;
 pub use manifest::Platform;
-pub use progress::{BlobProgress, PullProgress};
-pub use pull::{PullOptions, PullReport};
+pub use progress::{BlobProgress, PullProgress, PullReport};
+pub use pull::PullOptions;
 pub use records::{is_image_id, ImageRecord};
 pub use reference::Reference;
 pub use registry::Auth;

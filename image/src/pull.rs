@@ -4,9 +4,9 @@
 //! image. Concurrent pulls of one image share one run; blobs and snapshots are shared by
 //! digest and chain ID across pulls.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
@@ -14,17 +14,12 @@ use http::header::CONTENT_TYPE;
 use crate::digest::{chain_ids, Digest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hosts::{resolve_hosts, RegistryHost};
-use crate::manifest::{self, Descriptor, ImageConfig, Index, Manifest, ManifestKind};
-use crate::progress::{Meter, Tracker};
-use crate::records::{user_of, ImageRecord};
+use crate::manifest::{self, parse_json, Descriptor, ImageConfig, Index, Manifest, ManifestKind};
+use crate::progress::{Meter, PullReport, Stats, Tracker};
+use crate::records::ImageRecord;
 use crate::reference::Reference;
 use crate::registry::{read_limited, Auth, Session};
-use crate::store::{id_hex, ImageStore, Inner};
-use crate::unpack::{unpack_layer, UnpackStats};
-
-/// The most layers an image may have: Docker's limit, and well within what one overlay mount
-/// of the layers can take.
-pub const MAX_LAYERS: usize = 127;
+use crate::store::{ImageStore, Inner, PullOutcome};
 
 const MAX_MANIFEST_BYTES: usize = 4 << 20;
 
@@ -38,76 +33,6 @@ pub struct PullOptions {
 impl Default for PullOptions {
     fn default() -> Self {
         Self { unpack: true }
-    }
-}
-
-/// Figures of one pull (for logs, metrics and the benchmark).
-#[derive(Debug, Clone, Default)]
-pub struct PullReport {
-    pub layers: usize,
-    /// Compressed bytes downloaded by this pull (blobs already present are not counted).
-    pub fetched_bytes: u64,
-    /// From the first download's start to the last one's end.
-    pub fetch_time: Duration,
-    /// Uncompressed tar bytes unpacked by this pull.
-    pub unpacked_bytes: u64,
-    /// From the first unpack's start to the last one's end.
-    pub unpack_time: Duration,
-    pub total_time: Duration,
-}
-
-pub(crate) type PullOutcome = (Option<ImageRecord>, PullReport);
-
-#[derive(Default)]
-struct Window {
-    first: Option<Instant>,
-    last: Option<Instant>,
-    bytes: u64,
-}
-
-impl Window {
-    fn add(&mut self, start: Instant, end: Instant, bytes: u64) {
-        self.first = Some(self.first.map_or(start, |f| f.min(start)));
-        self.last = Some(self.last.map_or(end, |l| l.max(end)));
-        self.bytes += bytes;
-    }
-    fn span(&self) -> Duration {
-        match (self.first, self.last) {
-            (Some(f), Some(l)) => l.duration_since(f),
-            _ => Duration::ZERO,
-        }
-    }
-}
-
-pub(crate) struct Stats {
-    fetch: Mutex<Window>,
-    unpack: Mutex<Window>,
-    /// How far the pull has come, for [`ImageStore::pulls_in_progress`].
-    progress: Arc<Tracker>,
-    /// A blob was not in the store when the pull asked for it: the pull stored it, or waited
-    /// for another pull to. Its directory entry is then synced before the image is recorded.
-    stored: AtomicBool,
-}
-
-impl Stats {
-    pub(crate) fn new(progress: Arc<Tracker>) -> Stats {
-        Stats {
-            fetch: Mutex::default(),
-            unpack: Mutex::default(),
-            progress,
-            stored: AtomicBool::new(false),
-        }
-    }
-
-    fn fetched(&self, start: Instant, bytes: u64) {
-        if let Ok(mut w) = self.fetch.lock() {
-            w.add(start, Instant::now(), bytes);
-        }
-    }
-    fn unpacked(&self, start: Instant, bytes: u64) {
-        if let Ok(mut w) = self.unpack.lock() {
-            w.add(start, Instant::now(), bytes);
-        }
     }
 }
 
@@ -258,26 +183,10 @@ impl Inner {
             }
         };
         let manifest: Manifest = parse_json(&manifest_bytes, "manifest", &manifest_digest)?;
-        // Refused before any download: a manifest listing thousands of layers (or one layer
-        // thousands of times) would make as many snapshots and an overlay no kernel mounts.
-        if manifest.layers.len() > MAX_LAYERS {
-            return Err(Error::TooManyLayers {
-                what: format!("manifest of {what}"),
-                layers: manifest.layers.len(),
-                max: MAX_LAYERS,
-            });
-        }
-        for layer in &manifest.layers {
-            if manifest::layer_kind(&layer.media_type).is_none() {
-                return Err(Error::UnsupportedMediaType {
-                    media_type: layer.media_type.clone(),
-                    what: format!("layer {} of {what}", layer.digest),
-                });
-            }
-        }
+        // Refused before any download.
+        manifest.check_layers(&format!("manifest of {what}"), &what)?;
 
-        progress
-            .set_total(manifest.config.size + manifest.layers.iter().map(|l| l.size).sum::<u64>());
+        progress.set_total(manifest.size());
         let stats = Arc::new(Stats::new(progress));
         // The config is fetched beside the layers, not before them: a layer's unpack needs its
         // diff ID from the config, its download does not. The layers' IDs reach their tasks
@@ -289,17 +198,13 @@ impl Inner {
             let config_bytes = self.content.read(&manifest.config.digest)?;
             let config: ImageConfig =
                 parse_json(&config_bytes, "image config", &manifest.config.digest)?;
-            let diff_ids = config.rootfs.diff_ids.clone();
-            if diff_ids.len() != manifest.layers.len() {
-                return Err(Error::InvalidImage {
+            manifest
+                .check_diff_ids(&config)
+                .map_err(|reason| Error::InvalidImage {
                     what: what.to_string(),
-                    reason: format!(
-                        "config lists {} diff IDs for {} layers",
-                        diff_ids.len(),
-                        manifest.layers.len()
-                    ),
-                });
-            }
+                    reason,
+                })?;
+            let diff_ids = config.rootfs.diff_ids.clone();
             let chains = chain_ids(&diff_ids);
             let layer_ids = Arc::new((diff_ids, chains));
             // Nobody listening is fine: without unpacking, no layer task waits.
@@ -358,51 +263,20 @@ impl Inner {
         staged?;
         let chains = layer_ids.1.clone();
 
-        let report = {
-            let fetch = stats
-                .fetch
-                .lock()
-                .map_err(|_| Error::Internal("stats lock".into()))?;
-            let unpack = stats
-                .unpack
-                .lock()
-                .map_err(|_| Error::Internal("stats lock".into()))?;
-            PullReport {
-                layers: manifest.layers.len(),
-                fetched_bytes: fetch.bytes,
-                fetch_time: fetch.span(),
-                unpacked_bytes: unpack.bytes,
-                unpack_time: unpack.span(),
-                total_time: started.elapsed(),
-            }
-        };
+        let report = stats.report(manifest.layers.len(), started)?;
         if !options.unpack {
             return Ok((None, report));
         }
 
-        let user = config
-            .config
-            .as_ref()
-            .and_then(|c| c.user.clone())
-            .unwrap_or_default();
-        let (uid, username) = user_of(&user);
-        let record = ImageRecord {
-            id: format!("sha256:{}", manifest.config.digest.hex()),
-            repo_tags: reference.repo_tag().into_iter().collect(),
-            repo_digests: vec![reference.repo_digest(&top_digest)],
-            size: manifest.config.size + manifest.layers.iter().map(|l| l.size).sum::<u64>(),
-            config_digest: manifest.config.digest.clone(),
+        let record = ImageRecord::new(
+            &manifest,
             manifest_digest,
             index_digest,
-            layers: manifest.layers.iter().map(|l| l.digest.clone()).collect(),
-            chain_ids: chains,
-            uid,
-            username,
-            pinned: false,
-            pulled_at: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        };
+            &config,
+            chains,
+            reference.repo_tag().into_iter().collect(),
+            vec![reference.repo_digest(&top_digest)],
+        );
         // The directory entries of the blobs this pull stored (or waited for) are durable
         // before the record that names them.
         if stats.stored.load(Ordering::Relaxed) {
@@ -420,53 +294,6 @@ impl Inner {
             "pulled image"
         );
         Ok((Some(record), report))
-    }
-
-    /// Stores `new`, merging with an existing record of the same id; its tag moves away from
-    /// any other image that had it.
-    pub(crate) fn commit_record(&self, new: ImageRecord) -> Result<ImageRecord> {
-        let mut records = self
-            .records
-            .write()
-            .map_err(|_| Error::Internal("image store lock poisoned".into()))?;
-        for tag in &new.repo_tags {
-            let holders: Vec<String> = records
-                .values()
-                .filter(|r| r.id != new.id && r.repo_tags.contains(tag))
-                .map(|r| r.id.clone())
-                .collect();
-            for id in holders {
-                if let Some(r) = records.get_mut(&id) {
-                    r.repo_tags.retain(|t| t != tag);
-                    self.records_dir.save(id_hex(&id), r)?;
-                }
-            }
-        }
-        let merged = match records.get(&new.id) {
-            Some(old) => {
-                let mut m = old.clone();
-                for t in &new.repo_tags {
-                    if !m.repo_tags.contains(t) {
-                        m.repo_tags.push(t.clone());
-                    }
-                }
-                for d in &new.repo_digests {
-                    if !m.repo_digests.contains(d) {
-                        m.repo_digests.push(d.clone());
-                    }
-                }
-                m.manifest_digest = new.manifest_digest;
-                m.index_digest = new.index_digest;
-                m.layers = new.layers;
-                m.chain_ids = new.chain_ids;
-                m.size = new.size;
-                m
-            }
-            None => new,
-        };
-        self.records_dir.save(id_hex(&merged.id), &merged)?;
-        records.insert(merged.id.clone(), merged.clone());
-        Ok(merged)
     }
 
     /// Fetches a manifest from the first host that has it, checking its digest when known.
@@ -636,69 +463,10 @@ impl Inner {
         }
         Err(err)
     }
-
-    /// Unpacks a fetched layer into the snapshot for `chain`, once however many pulls ask.
-    pub(crate) async fn unpack(
-        self: &Arc<Self>,
-        layer: &Descriptor,
-        diff: &Digest,
-        chain: &Digest,
-        stats: &Arc<Stats>,
-    ) -> Result<()> {
-        let dest = self.snapshot_dir(chain);
-        if dest.join("fs").is_dir() {
-            return Ok(());
-        }
-        let this = self.clone();
-        let digest = layer.digest.clone();
-        let diff = diff.clone();
-        let stats = stats.clone();
-        self.snapshot_work
-            .run(chain.as_str(), move || async move {
-                let slot = this
-                    .unpack_slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| Error::Internal("unpack slots closed".into()))?;
-                if dest.join("fs").is_dir() {
-                    return Ok(UnpackStats::default());
-                }
-                let start = Instant::now();
-                let blob = this.content.path(&digest);
-                let sync = this.config.sync_snapshots;
-                // The unpack runs on when its pull fails or is dropped: no collection may
-                // sweep until the snapshot it makes is in place.
-                let hold = this.hold_gate_now();
-                let unpacked = tokio::task::spawn_blocking(move || {
-                    let _slot = slot;
-                    let _hold = hold;
-                    unpack_layer(&blob, &digest, &diff, &dest, sync)
-                })
-                .await
-                .map_err(|e| Error::Internal(format!("unpack task: {e}")))??;
-                stats.unpacked(start, unpacked.tar_bytes);
-                Ok(unpacked)
-            })
-            .await?;
-        Ok(())
-    }
 }
 
 fn no_hosts(what: &str) -> Error {
     Error::Internal(format!(
         "{what}: no registry host may serve it (check the capabilities in hosts.toml)"
     ))
-}
-
-fn parse_json<T: serde::de::DeserializeOwned>(
-    data: &[u8],
-    what: &str,
-    digest: &Digest,
-) -> Result<T> {
-    serde_json::from_slice(data).map_err(|source| Error::BadJson {
-        what: what.to_string(),
-        digest: digest.clone(),
-        source,
-    })
 }

@@ -6,6 +6,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::content::{fsync_dir, unique_suffix, TempPath};
 use crate::digest::Digest;
 use crate::error::{Error, Result};
+use crate::manifest::{ImageConfig, Manifest};
 
 /// One image as CRI sees it, plus what crius needs to keep its content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,11 +56,50 @@ impl ImageRecord {
     }
 }
 
+impl ImageRecord {
+    /// The record of the image `manifest` describes, stored as `manifest_digest` (chosen from
+    /// the index `index_digest`), with its `config` and its snapshots' `chain_ids`: made the
+    /// same way whether the image was pulled or imported.
+    pub(crate) fn new(
+        manifest: &Manifest,
+        manifest_digest: Digest,
+        index_digest: Option<Digest>,
+        config: &ImageConfig,
+        chain_ids: Vec<Digest>,
+        repo_tags: Vec<String>,
+        repo_digests: Vec<String>,
+    ) -> ImageRecord {
+        let user = config
+            .config
+            .as_ref()
+            .and_then(|c| c.user.clone())
+            .unwrap_or_default();
+        let (uid, username) = user_of(&user);
+        ImageRecord {
+            id: format!("sha256:{}", manifest.config.digest.hex()),
+            repo_tags,
+            repo_digests,
+            size: manifest.size(),
+            config_digest: manifest.config.digest.clone(),
+            manifest_digest,
+            index_digest,
+            layers: manifest.layers.iter().map(|l| l.digest.clone()).collect(),
+            chain_ids,
+            uid,
+            username,
+            pinned: false,
+            pulled_at: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
 /// Whether `name` is an image id as CRI clients pass one: `sha256:<64 hex>` or the 64 hex alone.
 /// kubelet sends the id it resolved in `ImageSpec.image`; it is no name a user gave.
 pub fn is_image_id(name: &str) -> bool {
     let hex = name.strip_prefix("sha256:").unwrap_or(name);
-    hex.len() == 64 && crate::store::is_hex(hex)
+    hex.len() == 64 && crate::digest::is_hex(hex)
 }
 
 /// `User` of an image config as CRI reports it: `1000`, `1000:1000` → uid 1000; `nobody` or

@@ -17,14 +17,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use crate::content::{unique_suffix, ContentStore};
-use crate::digest::Digest;
+use crate::content::ContentStore;
+use crate::digest::{is_hex, Digest};
 use crate::error::{Error, Result};
-use crate::manifest::Platform;
+use crate::manifest::{Descriptor, Platform};
+use crate::progress::{PullReport, Stats};
 use crate::records::{ImageRecord, JsonDir};
 use crate::reference::Reference;
 use crate::registry::Clients;
 use crate::singleflight::Singleflight;
+use crate::snapshots::Snapshots;
 
 /// Settings of an [`ImageStore`]; every field has a default.
 #[derive(Debug, Clone)]
@@ -123,24 +125,26 @@ pub struct ImageStore {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// What a pull run gives every caller that joined it: the record (None when the pull only
+/// fetched) and the pull's figures.
+pub(crate) type PullOutcome = (Option<ImageRecord>, PullReport);
+
 pub(crate) struct Inner {
     pub(crate) config: StoreConfig,
     pub(crate) content: ContentStore,
-    pub(crate) snapshots: PathBuf,
+    pub(crate) snapshots: Snapshots,
     pub(crate) records_dir: JsonDir,
     pub(crate) leases_dir: JsonDir,
     pub(crate) records: RwLock<HashMap<String, ImageRecord>>,
     pub(crate) leases: RwLock<HashMap<String, Vec<Digest>>>,
     pub(crate) clients: Arc<Clients>,
-    pub(crate) pulls: Singleflight<crate::pull::PullOutcome>,
+    pub(crate) pulls: Singleflight<PullOutcome>,
     /// The pull runs under way and how far each has come.
     pub(crate) progress: Arc<crate::progress::Pulls>,
     /// The registry settings that may change while crius runs (SIGHUP).
     pub(crate) registry: RwLock<RegistrySettings>,
     pub(crate) blob_work: Singleflight<u64>,
-    pub(crate) snapshot_work: Singleflight<crate::unpack::UnpackStats>,
     pub(crate) download_slots: Arc<Semaphore>,
-    pub(crate) unpack_slots: Arc<Semaphore>,
     /// Pulls (and the unpacks they started) hold it shared through a [`GateHold`]; garbage
     /// collection takes it exclusively, never waiting, so it never removes what a pull in
     /// progress has fetched but not yet recorded.
@@ -166,15 +170,8 @@ impl ImageStore {
     pub fn open(config: StoreConfig) -> Result<Self> {
         let root = &config.root;
         let content = ContentStore::open(root)?;
-        let snapshots = root.join("snapshots");
-        std::fs::create_dir_all(&snapshots).map_err(Error::io("create", &snapshots))?;
-        if let Ok(rd) = std::fs::read_dir(&snapshots) {
-            for e in rd.flatten() {
-                if e.file_name().to_string_lossy().starts_with("tmp-") {
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
-            }
-        }
+        let snapshots =
+            Snapshots::open(root, config.max_concurrent_unpacks, config.sync_snapshots)?;
         let records_dir = JsonDir::open(root.join("images"))?;
         let leases_dir = JsonDir::open(root.join("leases"))?;
         let records: HashMap<String, ImageRecord> = records_dir
@@ -191,7 +188,6 @@ impl ImageStore {
         };
         let inner = Inner {
             download_slots: Arc::new(Semaphore::new(config.max_concurrent_downloads.max(1))),
-            unpack_slots: Arc::new(Semaphore::new(config.max_concurrent_unpacks.max(1))),
             config,
             content,
             snapshots,
@@ -204,7 +200,6 @@ impl ImageStore {
             progress: Arc::default(),
             registry: RwLock::new(registry),
             blob_work: Singleflight::default(),
-            snapshot_work: Singleflight::default(),
             gc_gate: Arc::new(tokio::sync::RwLock::new(())),
             gc_pending: AtomicBool::new(false),
             generation: AtomicU64::new(0),
@@ -366,7 +361,9 @@ impl ImageStore {
         let record = self
             .get(name)?
             .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
-        self.inner.lowerdirs_of(&record.chain_ids, &record.id)
+        self.inner
+            .snapshots
+            .lowerdirs(&record.chain_ids, &record.id)
     }
 
     /// Holds the snapshots of image `name` for `holder` (a container id) so that removing the
@@ -395,7 +392,10 @@ impl ImageStore {
         let record = self
             .get(name)?
             .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
-        let dirs = self.inner.lowerdirs_of(&record.chain_ids, &record.id)?;
+        let dirs = self
+            .inner
+            .snapshots
+            .lowerdirs(&record.chain_ids, &record.id)?;
         let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
         leases.insert(holder.to_string(), record.chain_ids.clone());
         let file = LeaseFile {
@@ -411,7 +411,7 @@ impl ImageStore {
         let leases = self.inner.leases.read().map_err(|_| poisoned())?;
         match leases.get(holder) {
             None => Ok(None),
-            Some(chain) => Ok(Some(self.inner.lowerdirs_of(chain, holder)?)),
+            Some(chain) => Ok(Some(self.inner.snapshots.lowerdirs(chain, holder)?)),
         }
     }
 
@@ -471,7 +471,7 @@ impl ImageStore {
             }
         }
         let root = self.inner.config.root.clone();
-        let snapshots = self.inner.snapshots.clone();
+        let snapshots = self.inner.snapshots.dir().to_path_buf();
         let usage = tokio::task::spawn_blocking(move || {
             let mut seen = HashSet::new();
             let mut usage = (0u64, 0u64);
@@ -494,26 +494,73 @@ impl ImageStore {
 }
 
 impl Inner {
-    pub(crate) fn snapshot_dir(&self, chain: &Digest) -> PathBuf {
-        self.snapshots.join(chain.hex())
+    /// Unpacks the fetched `layer` into the snapshot of `chain` (its diff ID `diff` checked),
+    /// for a pull or an import alike; an unpack that outlives its caller holds the gate.
+    pub(crate) async fn unpack(
+        self: &Arc<Self>,
+        layer: &Descriptor,
+        diff: &Digest,
+        chain: &Digest,
+        stats: &Arc<Stats>,
+    ) -> Result<()> {
+        let this = self.clone();
+        self.snapshots
+            .unpack(
+                self.content.path(&layer.digest),
+                &layer.digest,
+                diff,
+                chain,
+                stats,
+                move || this.hold_gate_now(),
+            )
+            .await
     }
 
-    fn lowerdirs_of(&self, chain_ids: &[Digest], image: &str) -> Result<Vec<PathBuf>> {
-        chain_ids
-            .iter()
-            .rev()
-            .map(|c| {
-                let fs = self.snapshot_dir(c).join("fs");
-                if fs.is_dir() {
-                    Ok(fs)
-                } else {
-                    Err(Error::Incomplete {
-                        image: image.to_string(),
-                        reason: format!("snapshot {c} is missing"),
-                    })
+    /// Stores `new`, merging with an existing record of the same id; its tag moves away from
+    /// any other image that had it.
+    pub(crate) fn commit_record(&self, new: ImageRecord) -> Result<ImageRecord> {
+        let mut records = self
+            .records
+            .write()
+            .map_err(|_| Error::Internal("image store lock poisoned".into()))?;
+        for tag in &new.repo_tags {
+            let holders: Vec<String> = records
+                .values()
+                .filter(|r| r.id != new.id && r.repo_tags.contains(tag))
+                .map(|r| r.id.clone())
+                .collect();
+            for id in holders {
+                if let Some(r) = records.get_mut(&id) {
+                    r.repo_tags.retain(|t| t != tag);
+                    self.records_dir.save(id_hex(&id), r)?;
                 }
-            })
-            .collect()
+            }
+        }
+        let merged = match records.get(&new.id) {
+            Some(old) => {
+                let mut m = old.clone();
+                for t in &new.repo_tags {
+                    if !m.repo_tags.contains(t) {
+                        m.repo_tags.push(t.clone());
+                    }
+                }
+                for d in &new.repo_digests {
+                    if !m.repo_digests.contains(d) {
+                        m.repo_digests.push(d.clone());
+                    }
+                }
+                m.manifest_digest = new.manifest_digest;
+                m.index_digest = new.index_digest;
+                m.layers = new.layers;
+                m.chain_ids = new.chain_ids;
+                m.size = new.size;
+                m
+            }
+            None => new,
+        };
+        self.records_dir.save(id_hex(&merged.id), &merged)?;
+        records.insert(merged.id.clone(), merged.clone());
+        Ok(merged)
     }
 
     pub(crate) async fn gc(self: Arc<Self>) -> Result<GcStats> {
@@ -546,22 +593,7 @@ impl Inner {
                     stats.blobs_removed += 1;
                 }
             }
-            let rd =
-                std::fs::read_dir(&this.snapshots).map_err(Error::io("list", &this.snapshots))?;
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with("tmp-") || chains.contains(&name) {
-                    continue;
-                }
-                // Rename first so a half-removed snapshot is never mistaken for a complete one.
-                let doomed = this
-                    .snapshots
-                    .join(format!("tmp-rm-{name}-{}", unique_suffix()));
-                std::fs::rename(e.path(), &doomed)
-                    .map_err(Error::io("remove snapshot", e.path()))?;
-                std::fs::remove_dir_all(&doomed).map_err(Error::io("remove snapshot", &doomed))?;
-                stats.snapshots_removed += 1;
-            }
+            stats.snapshots_removed = this.snapshots.sweep(&chains)?;
             Ok(stats)
         })
         .await
@@ -669,11 +701,6 @@ fn check_holder(holder: &str) -> Result<()> {
     } else {
         Err(Error::Internal(format!("invalid lease holder {holder:?}")))
     }
-}
-
-pub(crate) fn is_hex(s: &str) -> bool {
-    s.bytes()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Finds the id of the image `name` refers to.

@@ -5,6 +5,7 @@
 //! Entry point: [`ImageStore`] (`open`, `pull`, `get`, `list`, `remove`, `lowerdirs`, `lease`,
 //! `release`, `gc`, `fs_usage`).
 
+mod auth;
 pub mod auth_file;
 pub mod content;
 pub mod digest;
@@ -12,6 +13,8 @@ pub mod error;
 mod export;
 pub mod hosts;
 mod import;
+#[cfg(test)]
+mod layering;
 pub mod manifest;
 mod progress;
 pub mod proxy;
@@ -24,6 +27,7 @@ mod snapshots;
 mod store;
 pub mod unpack;
 
+pub use auth::Auth;
 pub use digest::Digest;
 pub use error::{Error, ErrorKind, Result};
 pub use export::ExportReport;
@@ -33,5 +37,4 @@ pub use progress::{BlobProgress, PullProgress, PullReport};
 pub use pull::PullOptions;
 pub use records::{is_image_id, ImageRecord};
 pub use reference::Reference;
-pub use registry::Auth;
 pub use store::{FsUsage, GcStats, ImageStore, LeaseFile, RegistrySettings, StoreConfig};

@@ -87,7 +87,24 @@ impl ImageStore {
     }
 }
 
+/// What a pull's reference resolved to: this platform's manifest, checked, and the manifests
+/// on the way there (stored while the blobs download).
+struct Resolved {
+    /// The digest the reference resolved to: the index's, or the manifest's when there is none.
+    top_digest: Digest,
+    index_digest: Option<Digest>,
+    manifest_digest: Digest,
+    manifest: Manifest,
+    /// The index (if any) and the manifest, as the registry served them.
+    manifests: Vec<(Digest, Bytes)>,
+}
+
+/// The layers' diff IDs and chain IDs from the config, one of each per layer.
+type LayerIds = Arc<(Vec<Digest>, Vec<Digest>)>;
+
 impl Inner {
+    /// One pull run: resolve the reference, fetch the config and layers (unpacking each as it
+    /// comes), then record the image.
     async fn pull(
         self: Arc<Self>,
         reference: &Reference,
@@ -97,13 +114,48 @@ impl Inner {
         progress: Arc<Tracker>,
     ) -> Result<PullOutcome> {
         let what = reference.to_string();
+        let session = self.session(reference, auth)?;
+        let resolved = self.resolve(&session, reference, &what).await?;
+        let manifest = &resolved.manifest;
+        progress.set_total(manifest.size());
+        let stats = Arc::new(Stats::new(progress));
+        let (config, layer_ids) = self
+            .fetch_and_unpack(&session, &resolved, options.unpack, &stats, &what)
+            .await?;
+        let report = stats.report(manifest.layers.len(), started)?;
+        if !options.unpack {
+            return Ok((None, report));
+        }
+        let record = ImageRecord::new(
+            manifest,
+            resolved.manifest_digest.clone(),
+            resolved.index_digest.clone(),
+            &config,
+            layer_ids.1.clone(),
+            reference.repo_tag().into_iter().collect(),
+            vec![reference.repo_digest(&resolved.top_digest)],
+        );
+        let record = self.record_pulled(record, &stats).await?;
+        tracing::info!(
+            image = %what,
+            id = %record.id,
+            secs = report.total_time.as_secs_f64(),
+            fetched = report.fetched_bytes,
+            "pulled image"
+        );
+        Ok((Some(record), report))
+    }
+
+    /// A registry session for the reference's hosts (`hosts.toml`, mirrors first) with the
+    /// request's credentials and those of the auth file, read now.
+    fn session(&self, reference: &Reference, auth: &Auth) -> Result<Arc<Session>> {
         let settings = self.registry_settings();
         let hosts = resolve_hosts(settings.config_dir.as_deref(), reference.domain())?;
         let file_auths = match &settings.auth_file {
             Some(path) => crate::auth_file::load(path)?,
             None => Default::default(),
         };
-        let session = Arc::new(Session::new(
+        Ok(Arc::new(Session::new(
             self.clients.clone(),
             hosts,
             reference.domain(),
@@ -111,66 +163,42 @@ impl Inner {
             auth,
             file_auths,
             settings.no_progress_timeout,
-        ));
-        let by_digest = reference.digest().is_some();
-        let resolvers: Vec<RegistryHost> = session
-            .hosts
-            .iter()
-            .filter(|h| {
-                if by_digest {
-                    h.capabilities.pull
-                } else {
-                    h.capabilities.resolve
-                }
-            })
-            .cloned()
-            .collect();
-        let pullers: Vec<RegistryHost> = session
-            .hosts
-            .iter()
-            .filter(|h| h.capabilities.pull)
-            .cloned()
-            .collect();
+        )))
+    }
 
+    /// Resolves `reference` to this platform's manifest and checks it, before any blob is
+    /// downloaded. A tag is resolved on the hosts that may resolve, a digest on those that
+    /// may serve pulls.
+    async fn resolve(
+        &self,
+        session: &Session,
+        reference: &Reference,
+        what: &str,
+    ) -> Result<Resolved> {
+        let by_digest = reference.digest().is_some();
+        let resolvers = hosts_where(session, |h| {
+            if by_digest {
+                h.capabilities.pull
+            } else {
+                h.capabilities.resolve
+            }
+        });
         let (top_digest, top_bytes, content_type) = self
             .fetch_manifest(
-                &session,
+                session,
                 &resolvers,
                 &reference.object(),
                 reference.digest(),
-                &what,
+                what,
             )
             .await?;
-        // Stored (on a blocking thread) while the config and layers download, below.
         let mut manifests = vec![(top_digest.clone(), top_bytes.clone())];
         let (kind, media_type) = manifest::manifest_kind(&top_bytes, content_type.as_deref());
         let (index_digest, manifest_digest, manifest_bytes) = match kind {
             ManifestKind::Index => {
-                let index: Index = parse_json(&top_bytes, "image index", &top_digest)?;
-                let platform = &self.config.platform;
-                let chosen = index
-                    .select(platform)
-                    .ok_or_else(|| Error::NoMatchingPlatform {
-                        reference: what.clone(),
-                        platform: platform.to_string(),
-                        available: index.platforms(),
-                    })?;
-                let (d, bytes, ct) = self
-                    .fetch_manifest(
-                        &session,
-                        &pullers,
-                        chosen.digest.as_str(),
-                        Some(&chosen.digest),
-                        &what,
-                    )
+                let (d, bytes) = self
+                    .platform_manifest(session, &top_digest, &top_bytes, what)
                     .await?;
-                let (child_kind, child_type) = manifest::manifest_kind(&bytes, ct.as_deref());
-                if child_kind != ManifestKind::Manifest {
-                    return Err(Error::UnsupportedMediaType {
-                        media_type: child_type,
-                        what: format!("manifest {d} of {what}"),
-                    });
-                }
                 manifests.push((d.clone(), bytes.clone()));
                 (Some(top_digest.clone()), d, bytes)
             }
@@ -183,77 +211,80 @@ impl Inner {
             }
         };
         let manifest: Manifest = parse_json(&manifest_bytes, "manifest", &manifest_digest)?;
-        // Refused before any download.
-        manifest.check_layers(&format!("manifest of {what}"), &what)?;
+        manifest.check_layers(&format!("manifest of {what}"), what)?;
+        Ok(Resolved {
+            top_digest,
+            index_digest,
+            manifest_digest,
+            manifest,
+            manifests,
+        })
+    }
 
-        progress.set_total(manifest.size());
-        let stats = Arc::new(Stats::new(progress));
+    /// This platform's manifest from the index `index_bytes`, fetched from the hosts that
+    /// may serve pulls; it must be a manifest, not another index.
+    async fn platform_manifest(
+        &self,
+        session: &Session,
+        index_digest: &Digest,
+        index_bytes: &[u8],
+        what: &str,
+    ) -> Result<(Digest, Bytes)> {
+        let index: Index = parse_json(index_bytes, "image index", index_digest)?;
+        let platform = &self.config.platform;
+        let chosen = index
+            .select(platform)
+            .ok_or_else(|| Error::NoMatchingPlatform {
+                reference: what.to_string(),
+                platform: platform.to_string(),
+                available: index.platforms(),
+            })?;
+        let pullers = hosts_where(session, |h| h.capabilities.pull);
+        let (d, bytes, ct) = self
+            .fetch_manifest(
+                session,
+                &pullers,
+                chosen.digest.as_str(),
+                Some(&chosen.digest),
+                what,
+            )
+            .await?;
+        let (kind, media_type) = manifest::manifest_kind(&bytes, ct.as_deref());
+        if kind != ManifestKind::Manifest {
+            return Err(Error::UnsupportedMediaType {
+                media_type,
+                what: format!("manifest {d} of {what}"),
+            });
+        }
+        Ok((d, bytes))
+    }
+
+    /// Fetches the config and the layers concurrently, unpacking each layer (with `unpack`)
+    /// as soon as its blob and the config's diff IDs are there, while a blocking thread stores
+    /// the manifests. Returns the config and the layers' IDs.
+    async fn fetch_and_unpack(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        resolved: &Resolved,
+        unpack: bool,
+        stats: &Arc<Stats>,
+        what: &str,
+    ) -> Result<(ImageConfig, LayerIds)> {
+        let manifest = &resolved.manifest;
         // The config is fetched beside the layers, not before them: a layer's unpack needs its
         // diff ID from the config, its download does not. The layers' IDs reach their tasks
         // through `ids`; should the config fail, its error is the pull's and the layer tasks
-        // are dropped with it.
+        // are dropped with it. The sender lives until the join below is over.
         let (ids_tx, ids) = tokio::sync::watch::channel(None);
-        let config_work = async {
-            self.fetch_blob(&session, &manifest.config, &stats).await?;
-            let config_bytes = self.content.read(&manifest.config.digest)?;
-            let config: ImageConfig =
-                parse_json(&config_bytes, "image config", &manifest.config.digest)?;
-            manifest
-                .check_diff_ids(&config)
-                .map_err(|reason| Error::InvalidImage {
-                    what: what.to_string(),
-                    reason,
-                })?;
-            let diff_ids = config.rootfs.diff_ids.clone();
-            let chains = chain_ids(&diff_ids);
-            let layer_ids = Arc::new((diff_ids, chains));
-            // Nobody listening is fine: without unpacking, no layer task waits.
-            let _ = ids_tx.send(Some(layer_ids.clone()));
-            Ok((config, layer_ids))
-        };
-
-        let work = manifest.layers.iter().enumerate().map(|(i, layer)| {
-            let this = self.clone();
-            let session = session.clone();
-            let stats = stats.clone();
-            let mut ids = ids.clone();
-            async move {
-                this.fetch_blob(&session, layer, &stats).await?;
-                if options.unpack {
-                    // Waits for the config's IDs. Their sender lives as long as this pull,
-                    // so no error comes while the join below runs; should one come, the
-                    // config's own result decides the pull.
-                    let layer_ids = match ids.wait_for(Option::is_some).await {
-                        Ok(ids) => ids.clone(),
-                        Err(_) => None,
-                    };
-                    let Some(layer_ids) = layer_ids else {
-                        return Ok(());
-                    };
-                    let (diff_ids, chains) = &*layer_ids;
-                    // The config's work checked that there is one per layer.
-                    let (Some(diff), Some(chain)) = (diff_ids.get(i), chains.get(i)) else {
-                        return Err(Error::Internal(format!("no diff ID for layer {i}")));
-                    };
-                    this.unpack(layer, diff, chain, &stats).await?;
-                }
-                Ok::<_, Error>(())
-            }
-        });
-        let staging = {
-            let this = self.clone();
-            let stats = stats.clone();
-            tokio::task::spawn_blocking(move || {
-                for (digest, bytes) in &manifests {
-                    if this.content.stage_bytes(digest, bytes)? {
-                        stats.stored.store(true, Ordering::Relaxed);
-                    }
-                }
-                Ok::<_, Error>(())
-            })
-        };
+        let config_work = self.fetch_config(session, manifest, stats, &ids_tx, what);
+        let layer_work = manifest
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, layer)| self.fetch_layer(session, layer, i, unpack, stats, ids.clone()));
+        let staging = self.stage_manifests(resolved.manifests.clone(), stats);
         let joined =
-            futures::future::try_join(config_work, futures::future::try_join_all(work)).await;
+            futures::future::try_join(config_work, futures::future::try_join_all(layer_work)).await;
         // Awaited whatever the downloads did: the collection after a failed pull must find
         // the manifests in the store to free them.
         let staged = staging
@@ -261,39 +292,99 @@ impl Inner {
             .map_err(|e| Error::Internal(format!("store the manifests: {e}")))?;
         let ((config, layer_ids), _) = joined?;
         staged?;
-        let chains = layer_ids.1.clone();
+        Ok((config, layer_ids))
+    }
 
-        let report = stats.report(manifest.layers.len(), started)?;
-        if !options.unpack {
-            return Ok((None, report));
+    /// Fetches and checks the config, then sends the layers' IDs to the layer tasks.
+    async fn fetch_config(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        manifest: &Manifest,
+        stats: &Arc<Stats>,
+        ids: &tokio::sync::watch::Sender<Option<LayerIds>>,
+        what: &str,
+    ) -> Result<(ImageConfig, LayerIds)> {
+        self.fetch_blob(session, &manifest.config, stats).await?;
+        let config_bytes = self.content.read(&manifest.config.digest)?;
+        let config: ImageConfig =
+            parse_json(&config_bytes, "image config", &manifest.config.digest)?;
+        manifest
+            .check_diff_ids(&config)
+            .map_err(|reason| Error::InvalidImage {
+                what: what.to_string(),
+                reason,
+            })?;
+        let diff_ids = config.rootfs.diff_ids.clone();
+        let chains = chain_ids(&diff_ids);
+        let layer_ids = Arc::new((diff_ids, chains));
+        // Nobody listening is fine: without unpacking, no layer task waits.
+        let _ = ids.send(Some(layer_ids.clone()));
+        Ok((config, layer_ids))
+    }
+
+    /// Fetches layer `i`, then (with `unpack`) waits for the config's IDs and unpacks it.
+    async fn fetch_layer(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        layer: &Descriptor,
+        i: usize,
+        unpack: bool,
+        stats: &Arc<Stats>,
+        mut ids: tokio::sync::watch::Receiver<Option<LayerIds>>,
+    ) -> Result<()> {
+        self.fetch_blob(session, layer, stats).await?;
+        if !unpack {
+            return Ok(());
         }
+        // The sender lives as long as the pull's join, so no error comes while it runs;
+        // should one come, the config's own result decides the pull.
+        let layer_ids = match ids.wait_for(Option::is_some).await {
+            Ok(ids) => ids.clone(),
+            Err(_) => None,
+        };
+        let Some(layer_ids) = layer_ids else {
+            return Ok(());
+        };
+        let (diff_ids, chains) = &*layer_ids;
+        // The config's work checked that there is one per layer.
+        let (Some(diff), Some(chain)) = (diff_ids.get(i), chains.get(i)) else {
+            return Err(Error::Internal(format!("no diff ID for layer {i}")));
+        };
+        self.unpack(layer, diff, chain, stats).await
+    }
 
-        let record = ImageRecord::new(
-            &manifest,
-            manifest_digest,
-            index_digest,
-            &config,
-            chains,
-            reference.repo_tag().into_iter().collect(),
-            vec![reference.repo_digest(&top_digest)],
-        );
-        // The directory entries of the blobs this pull stored (or waited for) are durable
-        // before the record that names them.
+    /// Stores the manifests on a blocking thread, started at once.
+    fn stage_manifests(
+        self: &Arc<Self>,
+        manifests: Vec<(Digest, Bytes)>,
+        stats: &Arc<Stats>,
+    ) -> tokio::task::JoinHandle<Result<()>> {
+        let this = self.clone();
+        let stats = stats.clone();
+        tokio::task::spawn_blocking(move || {
+            for (digest, bytes) in &manifests {
+                if this.content.stage_bytes(digest, bytes)? {
+                    stats.stored.store(true, Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Records the image, once the directory entries of the blobs this pull stored (or
+    /// waited for) are durable: never a record naming a blob a power loss can take.
+    async fn record_pulled(
+        self: &Arc<Self>,
+        record: ImageRecord,
+        stats: &Stats,
+    ) -> Result<ImageRecord> {
         if stats.stored.load(Ordering::Relaxed) {
             let this = self.clone();
             tokio::task::spawn_blocking(move || this.content.sync_dir())
                 .await
                 .map_err(|e| Error::Internal(format!("sync the blob directory: {e}")))??;
         }
-        let record = self.commit_record(record)?;
-        tracing::info!(
-            image = %what,
-            id = %record.id,
-            secs = report.total_time.as_secs_f64(),
-            fetched = report.fetched_bytes,
-            "pulled image"
-        );
-        Ok((Some(record), report))
+        self.commit_record(record)
     }
 
     /// Fetches a manifest from the first host that has it, checking its digest when known.
@@ -469,4 +560,9 @@ fn no_hosts(what: &str) -> Error {
     Error::Internal(format!(
         "{what}: no registry host may serve it (check the capabilities in hosts.toml)"
     ))
+}
+
+/// The session's hosts that `keep` lets through, in order.
+fn hosts_where(session: &Session, keep: impl Fn(&RegistryHost) -> bool) -> Vec<RegistryHost> {
+    session.hosts.iter().filter(|h| keep(h)).cloned().collect()
 }

@@ -15,6 +15,7 @@ pub mod hosts;
 mod import;
 #[cfg(test)]
 mod layering;
+mod leases;
 pub mod manifest;
 mod progress;
 pub mod proxy;

@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 use crate::content::ContentStore;
 use crate::digest::{is_hex, Digest};
 use crate::error::{Error, Result};
+use crate::leases::{check_holder, Leases};
 use crate::manifest::{Descriptor, Platform};
 use crate::progress::{PullReport, Stats};
 use crate::records::{ImageRecord, JsonDir};
@@ -115,7 +116,7 @@ pub struct LeaseFile {
 impl LeaseFile {
     /// Writes and syncs the lease file (blocking).
     pub fn persist(self) -> Result<()> {
-        self.inner.leases_dir.save(&self.holder, &self.chain_ids)
+        self.inner.leases.persist(&self.holder, &self.chain_ids)
     }
 }
 
@@ -134,9 +135,8 @@ pub(crate) struct Inner {
     pub(crate) content: ContentStore,
     pub(crate) snapshots: Snapshots,
     pub(crate) records_dir: JsonDir,
-    pub(crate) leases_dir: JsonDir,
     pub(crate) records: RwLock<HashMap<String, ImageRecord>>,
-    pub(crate) leases: RwLock<HashMap<String, Vec<Digest>>>,
+    pub(crate) leases: Leases,
     pub(crate) clients: Arc<Clients>,
     pub(crate) pulls: Singleflight<PullOutcome>,
     /// The pull runs under way and how far each has come.
@@ -173,13 +173,12 @@ impl ImageStore {
         let snapshots =
             Snapshots::open(root, config.max_concurrent_unpacks, config.sync_snapshots)?;
         let records_dir = JsonDir::open(root.join("images"))?;
-        let leases_dir = JsonDir::open(root.join("leases"))?;
+        let leases = Leases::open(root)?;
         let records: HashMap<String, ImageRecord> = records_dir
             .load_all::<ImageRecord>()?
             .into_iter()
             .map(|(_, r)| (r.id.clone(), r))
             .collect();
-        let leases: HashMap<String, Vec<Digest>> = leases_dir.load_all()?.into_iter().collect();
         let registry = RegistrySettings {
             config_dir: config.registry_config_dir.clone(),
             max_concurrent_downloads: config.max_concurrent_downloads.max(1),
@@ -192,9 +191,8 @@ impl ImageStore {
             content,
             snapshots,
             records_dir,
-            leases_dir,
             records: RwLock::new(records),
-            leases: RwLock::new(leases),
+            leases,
             clients: Arc::new(Clients::default()),
             pulls: Singleflight::default(),
             progress: Arc::default(),
@@ -372,11 +370,7 @@ impl ImageStore {
         let (dirs, file) = self.lease_deferred(holder, name)?;
         if let Err(e) = file.persist() {
             // Not on disk, so not held.
-            self.inner
-                .leases
-                .write()
-                .map_err(|_| poisoned())?
-                .remove(holder);
+            self.inner.leases.forget(holder)?;
             return Err(e);
         }
         Ok(dirs)
@@ -396,8 +390,7 @@ impl ImageStore {
             .inner
             .snapshots
             .lowerdirs(&record.chain_ids, &record.id)?;
-        let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
-        leases.insert(holder.to_string(), record.chain_ids.clone());
+        self.inner.leases.hold(holder, record.chain_ids.clone())?;
         let file = LeaseFile {
             inner: Arc::clone(&self.inner),
             holder: holder.to_string(),
@@ -408,17 +401,15 @@ impl ImageStore {
 
     /// The lowerdirs a holder's lease keeps, if it has one (e.g. after the image was removed).
     pub fn leased_lowerdirs(&self, holder: &str) -> Result<Option<Vec<PathBuf>>> {
-        let leases = self.inner.leases.read().map_err(|_| poisoned())?;
-        match leases.get(holder) {
+        match self.inner.leases.chains_of(holder)? {
             None => Ok(None),
-            Some(chain) => Ok(Some(self.inner.snapshots.lowerdirs(chain, holder)?)),
+            Some(chain) => Ok(Some(self.inner.snapshots.lowerdirs(&chain, holder)?)),
         }
     }
 
     /// The holders of every lease (container ids, `<id>.vol<i>`).
     pub fn lease_holders(&self) -> Result<Vec<String>> {
-        let leases = self.inner.leases.read().map_err(|_| poisoned())?;
-        Ok(leases.keys().cloned().collect())
+        self.inner.leases.holders()
     }
 
     /// Drops `holder`'s lease (idempotent) and frees what only it kept. The lease file's
@@ -429,24 +420,17 @@ impl ImageStore {
     /// (its image was removed meanwhile): usually the image is still there and there is
     /// nothing to free, and a RemoveContainer need not list the content store.
     pub async fn release(&self, holder: &str) -> Result<()> {
-        check_holder(holder)?;
-        let held = {
-            let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
-            self.inner.leases_dir.delete_unsynced(holder)?;
-            leases.remove(holder)
-        };
-        let Some(chains) = held else {
+        let Some(chains) = self.inner.leases.release(holder)? else {
             return Ok(());
         };
         // In the collection's lock order (records, then leases). What changes meanwhile is
         // harmless: the collection works out what is referenced again.
         let freed = {
             let records = self.inner.records.read().map_err(|_| poisoned())?;
-            let leases = self.inner.leases.read().map_err(|_| poisoned())?;
-            chains.iter().any(|c| {
-                !records.values().any(|r| r.chain_ids.contains(c))
-                    && !leases.values().any(|l| l.contains(c))
-            })
+            let leased = self.inner.leases.held_chains()?;
+            chains
+                .iter()
+                .any(|c| !records.values().any(|r| r.chain_ids.contains(c)) && !leased.contains(c))
         };
         if freed {
             self.gc().await?;
@@ -571,13 +555,13 @@ impl Inner {
         };
         let (blobs, chains) = {
             let records = self.records.read().map_err(|_| poisoned())?;
-            let leases = self.leases.read().map_err(|_| poisoned())?;
+            let leased = self.leases.held_chains()?;
             let blobs: HashSet<Digest> =
                 records.values().flat_map(|r| r.blobs().cloned()).collect();
             let chains: HashSet<String> = records
                 .values()
                 .flat_map(|r| r.chain_ids.iter())
-                .chain(leases.values().flatten())
+                .chain(leased.iter())
                 .map(|c| c.hex().to_string())
                 .collect();
             (blobs, chains)
@@ -687,20 +671,6 @@ impl Drop for GateHold {
 
 pub(crate) fn id_hex(id: &str) -> &str {
     id.strip_prefix("sha256:").unwrap_or(id)
-}
-
-fn check_holder(holder: &str) -> Result<()> {
-    let ok = !holder.is_empty()
-        && holder.len() <= 256
-        && !holder.starts_with('.')
-        && holder
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Internal(format!("invalid lease holder {holder:?}")))
-    }
 }
 
 /// Finds the id of the image `name` refers to.
@@ -817,13 +787,5 @@ mod tests {
         assert_eq!(resolve(&records, "alpine"), None);
         assert_eq!(resolve(&records, ""), None);
         assert_eq!(resolve(&records, "NOT A REF"), None);
-    }
-
-    #[test]
-    fn holders() {
-        assert!(check_holder("abc-123_x.y").is_ok());
-        for bad in ["", "../x", "a/b", ".hidden"] {
-            assert!(check_holder(bad).is_err(), "{bad}");
-        }
     }
 }

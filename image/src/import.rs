@@ -237,7 +237,7 @@ impl Inner {
                 None => Vec::new(),
             },
         );
-        self.commit_record(record)
+        self.records.commit(record)
     }
 }
 

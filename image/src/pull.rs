@@ -384,7 +384,7 @@ impl Inner {
                 .await
                 .map_err(|e| Error::Internal(format!("sync the blob directory: {e}")))??;
         }
-        self.commit_record(record)
+        self.records.commit(record)
     }
 
     /// Fetches a manifest from the first host that has it, checking its digest when known.

@@ -9,7 +9,7 @@
 //! <root>/leases/<holder>.json      snapshots held for a container
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -18,13 +18,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use crate::content::ContentStore;
-use crate::digest::{is_hex, Digest};
+use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::leases::{check_holder, Leases};
 use crate::manifest::{Descriptor, Platform};
 use crate::progress::{PullReport, Stats};
-use crate::records::{ImageRecord, JsonDir};
-use crate::reference::Reference;
+use crate::records::{ImageRecord, Records};
 use crate::registry::Clients;
 use crate::singleflight::Singleflight;
 use crate::snapshots::Snapshots;
@@ -134,8 +133,7 @@ pub(crate) struct Inner {
     pub(crate) config: StoreConfig,
     pub(crate) content: ContentStore,
     pub(crate) snapshots: Snapshots,
-    pub(crate) records_dir: JsonDir,
-    pub(crate) records: RwLock<HashMap<String, ImageRecord>>,
+    pub(crate) records: Records,
     pub(crate) leases: Leases,
     pub(crate) clients: Arc<Clients>,
     pub(crate) pulls: Singleflight<PullOutcome>,
@@ -160,10 +158,6 @@ pub(crate) struct Inner {
 /// store costs a stat per file, and kubelet asks every few seconds.
 const USAGE_CACHE_TTL: Duration = Duration::from_secs(30);
 
-fn poisoned() -> Error {
-    Error::Internal("image store lock poisoned".into())
-}
-
 impl ImageStore {
     /// Opens the store at `config.root`, loading the records and removing what an interrupted
     /// pull left behind.
@@ -172,13 +166,8 @@ impl ImageStore {
         let content = ContentStore::open(root)?;
         let snapshots =
             Snapshots::open(root, config.max_concurrent_unpacks, config.sync_snapshots)?;
-        let records_dir = JsonDir::open(root.join("images"))?;
+        let records = Records::open(root)?;
         let leases = Leases::open(root)?;
-        let records: HashMap<String, ImageRecord> = records_dir
-            .load_all::<ImageRecord>()?
-            .into_iter()
-            .map(|(_, r)| (r.id.clone(), r))
-            .collect();
         let registry = RegistrySettings {
             config_dir: config.registry_config_dir.clone(),
             max_concurrent_downloads: config.max_concurrent_downloads.max(1),
@@ -190,8 +179,7 @@ impl ImageStore {
             config,
             content,
             snapshots,
-            records_dir,
-            records: RwLock::new(records),
+            records,
             leases,
             clients: Arc::new(Clients::default()),
             pulls: Singleflight::default(),
@@ -268,35 +256,19 @@ impl ImageStore {
     /// (`busybox`, `repo:tag`, `repo@sha256:…`), or a unique id prefix of 12+ hex characters.
     /// None if no image matches.
     pub fn get(&self, name: &str) -> Result<Option<ImageRecord>> {
-        let records = self.inner.records.read().map_err(|_| poisoned())?;
-        Ok(resolve(&records, name).and_then(|id| records.get(&id).cloned()))
+        self.inner.records.get(name)
     }
 
     /// The first repo tag and the first repo digest of the image whose id is `id`, each if it
     /// has one; None if the image is not here. A status call asks this for every container, so
     /// it copies the two names, not the record.
     pub fn names_of(&self, id: &str) -> Result<Option<(Option<String>, Option<String>)>> {
-        let records = self.inner.records.read().map_err(|_| poisoned())?;
-        Ok(records.get(id).map(|r| {
-            (
-                r.repo_tags.first().cloned(),
-                r.repo_digests.first().cloned(),
-            )
-        }))
+        self.inner.records.names_of(id)
     }
 
     /// All images, or those `filter` names (same forms as [`ImageStore::get`]).
     pub fn list(&self, filter: Option<&str>) -> Result<Vec<ImageRecord>> {
-        let records = self.inner.records.read().map_err(|_| poisoned())?;
-        let mut out: Vec<ImageRecord> = match filter.filter(|f| !f.is_empty()) {
-            None => records.values().cloned().collect(),
-            Some(f) => resolve(&records, f)
-                .and_then(|id| records.get(&id).cloned())
-                .into_iter()
-                .collect(),
-        };
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(out)
+        self.inner.records.list(filter)
     }
 
     /// The image config JSON, as the registry served it (for verbose ImageStatus).
@@ -308,31 +280,14 @@ impl ImageStore {
 
     /// Marks an image pinned or not (kubelet never collects pinned images).
     pub fn set_pinned(&self, name: &str, pinned: bool) -> Result<ImageRecord> {
-        let mut records = self.inner.records.write().map_err(|_| poisoned())?;
-        let id = resolve(&records, name).ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
-        let record = records
-            .get_mut(&id)
-            .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
-        record.pinned = pinned;
-        self.inner.records_dir.save(id_hex(&id), record)?;
-        Ok(record.clone())
+        self.inner.records.set_pinned(name, pinned)
     }
 
     /// Removes the image `name` (id, tag or digest) with all its tags, then frees the blobs
     /// and snapshots nothing else uses. Returns the removed id; None (not an error) if no such
     /// image exists, so removal is idempotent.
     pub async fn remove(&self, name: &str) -> Result<Option<String>> {
-        let removed = {
-            let mut records = self.inner.records.write().map_err(|_| poisoned())?;
-            match resolve(&records, name) {
-                None => None,
-                Some(id) => {
-                    self.inner.records_dir.delete(id_hex(&id))?;
-                    records.remove(&id);
-                    Some(id)
-                }
-            }
-        };
+        let removed = self.inner.records.remove(name)?;
         if removed.is_some() {
             self.gc().await?;
         }
@@ -423,15 +378,13 @@ impl ImageStore {
         let Some(chains) = self.inner.leases.release(holder)? else {
             return Ok(());
         };
-        // In the collection's lock order (records, then leases). What changes meanwhile is
+        // In the collection's order (records, then leases). What changes meanwhile is
         // harmless: the collection works out what is referenced again.
-        let freed = {
-            let records = self.inner.records.read().map_err(|_| poisoned())?;
-            let leased = self.inner.leases.held_chains()?;
-            chains
-                .iter()
-                .any(|c| !records.values().any(|r| r.chain_ids.contains(c)) && !leased.contains(c))
-        };
+        let (_, recorded) = self.inner.records.referenced()?;
+        let leased = self.inner.leases.held_chains()?;
+        let freed = chains
+            .iter()
+            .any(|c| !recorded.contains(c) && !leased.contains(c));
         if freed {
             self.gc().await?;
         }
@@ -500,72 +453,19 @@ impl Inner {
             .await
     }
 
-    /// Stores `new`, merging with an existing record of the same id; its tag moves away from
-    /// any other image that had it.
-    pub(crate) fn commit_record(&self, new: ImageRecord) -> Result<ImageRecord> {
-        let mut records = self
-            .records
-            .write()
-            .map_err(|_| Error::Internal("image store lock poisoned".into()))?;
-        for tag in &new.repo_tags {
-            let holders: Vec<String> = records
-                .values()
-                .filter(|r| r.id != new.id && r.repo_tags.contains(tag))
-                .map(|r| r.id.clone())
-                .collect();
-            for id in holders {
-                if let Some(r) = records.get_mut(&id) {
-                    r.repo_tags.retain(|t| t != tag);
-                    self.records_dir.save(id_hex(&id), r)?;
-                }
-            }
-        }
-        let merged = match records.get(&new.id) {
-            Some(old) => {
-                let mut m = old.clone();
-                for t in &new.repo_tags {
-                    if !m.repo_tags.contains(t) {
-                        m.repo_tags.push(t.clone());
-                    }
-                }
-                for d in &new.repo_digests {
-                    if !m.repo_digests.contains(d) {
-                        m.repo_digests.push(d.clone());
-                    }
-                }
-                m.manifest_digest = new.manifest_digest;
-                m.index_digest = new.index_digest;
-                m.layers = new.layers;
-                m.chain_ids = new.chain_ids;
-                m.size = new.size;
-                m
-            }
-            None => new,
-        };
-        self.records_dir.save(id_hex(&merged.id), &merged)?;
-        records.insert(merged.id.clone(), merged.clone());
-        Ok(merged)
-    }
-
     pub(crate) async fn gc(self: Arc<Self>) -> Result<GcStats> {
         let Ok(gate) = self.gc_gate.clone().try_write_owned() else {
             self.gc_pending
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             return Ok(GcStats::default());
         };
-        let (blobs, chains) = {
-            let records = self.records.read().map_err(|_| poisoned())?;
-            let leased = self.leases.held_chains()?;
-            let blobs: HashSet<Digest> =
-                records.values().flat_map(|r| r.blobs().cloned()).collect();
-            let chains: HashSet<String> = records
-                .values()
-                .flat_map(|r| r.chain_ids.iter())
-                .chain(leased.iter())
-                .map(|c| c.hex().to_string())
-                .collect();
-            (blobs, chains)
-        };
+        let (blobs, recorded) = self.records.referenced()?;
+        let leased = self.leases.held_chains()?;
+        let chains: HashSet<String> = recorded
+            .iter()
+            .chain(leased.iter())
+            .map(|c| c.hex().to_string())
+            .collect();
         let this = self.clone();
         let stats = tokio::task::spawn_blocking(move || -> Result<GcStats> {
             // The sweep keeps the gate even if the caller stops waiting for it.
@@ -669,49 +569,6 @@ impl Drop for GateHold {
     }
 }
 
-pub(crate) fn id_hex(id: &str) -> &str {
-    id.strip_prefix("sha256:").unwrap_or(id)
-}
-
-/// Finds the id of the image `name` refers to.
-fn resolve(records: &HashMap<String, ImageRecord>, name: &str) -> Option<String> {
-    let name = name.trim();
-    if name.is_empty() {
-        return None;
-    }
-    let hex = name.strip_prefix("sha256:").unwrap_or(name);
-    if crate::records::is_image_id(name) {
-        let id = format!("sha256:{hex}");
-        if records.contains_key(&id) {
-            return Some(id);
-        }
-    }
-    if let Ok(reference) = Reference::parse(name) {
-        let found = match reference.digest() {
-            Some(d) => {
-                let wanted = reference.repo_digest(d);
-                records.values().find(|r| r.repo_digests.contains(&wanted))
-            }
-            None => {
-                let wanted = reference.repo_tag();
-                records
-                    .values()
-                    .find(|r| wanted.as_ref().is_some_and(|t| r.repo_tags.contains(t)))
-            }
-        };
-        if let Some(r) = found {
-            return Some(r.id.clone());
-        }
-    }
-    if hex.len() >= 12 && is_hex(hex) {
-        let mut matches = records.keys().filter(|id| id_hex(id).starts_with(hex));
-        if let (Some(one), None) = (matches.next(), matches.next()) {
-            return Some(one.clone());
-        }
-    }
-    None
-}
-
 /// Adds up allocated bytes and inodes under `dir`, counting hard-linked inodes once.
 fn du(dir: &Path, seen: &mut HashSet<(u64, u64)>, usage: &mut (u64, u64)) {
     use std::os::unix::fs::MetadataExt;
@@ -728,64 +585,5 @@ fn du(dir: &Path, seen: &mut HashSet<(u64, u64)>, usage: &mut (u64, u64)) {
         if m.is_dir() {
             du(&e.path(), seen, usage);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(hex_char: char, tags: &[&str], digests: &[&str]) -> ImageRecord {
-        let d = Digest::parse(&format!("sha256:{}", hex_char.to_string().repeat(64))).unwrap();
-        ImageRecord {
-            id: d.to_string(),
-            repo_tags: tags.iter().map(|s| s.to_string()).collect(),
-            repo_digests: digests.iter().map(|s| s.to_string()).collect(),
-            size: 1,
-            config_digest: d.clone(),
-            manifest_digest: d.clone(),
-            index_digest: None,
-            layers: vec![],
-            chain_ids: vec![],
-            uid: None,
-            username: String::new(),
-            pinned: false,
-            pulled_at: 0,
-        }
-    }
-
-    #[test]
-    fn name_resolution() {
-        let m = format!("sha256:{}", "9".repeat(64));
-        let a = rec(
-            'a',
-            &["docker.io/library/busybox:latest"],
-            &[&format!("docker.io/library/busybox@{m}")],
-        );
-        let b = rec('b', &["127.0.0.1:5000/x:v1"], &[]);
-        let records: HashMap<_, _> = [(a.id.clone(), a.clone()), (b.id.clone(), b.clone())].into();
-        assert_eq!(resolve(&records, &a.id), Some(a.id.clone()));
-        assert_eq!(resolve(&records, &"a".repeat(64)), Some(a.id.clone()));
-        assert_eq!(resolve(&records, "busybox"), Some(a.id.clone()));
-        assert_eq!(resolve(&records, "busybox:latest"), Some(a.id.clone()));
-        assert_eq!(
-            resolve(&records, "docker.io/library/busybox"),
-            Some(a.id.clone())
-        );
-        assert_eq!(
-            resolve(&records, &format!("busybox@{m}")),
-            Some(a.id.clone())
-        );
-        assert_eq!(resolve(&records, "127.0.0.1:5000/x:v1"), Some(b.id.clone()));
-        assert_eq!(resolve(&records, &"b".repeat(12)), Some(b.id.clone()));
-        assert_eq!(
-            resolve(&records, &"b".repeat(5)),
-            None,
-            "short prefixes are not ids"
-        );
-        assert_eq!(resolve(&records, "127.0.0.1:5000/x:v2"), None);
-        assert_eq!(resolve(&records, "alpine"), None);
-        assert_eq!(resolve(&records, ""), None);
-        assert_eq!(resolve(&records, "NOT A REF"), None);
     }
 }

@@ -134,23 +134,23 @@ pub(crate) struct Inner {
     pub(crate) content: ContentStore,
     pub(crate) snapshots: Snapshots,
     pub(crate) records: Records,
-    pub(crate) leases: Leases,
+    leases: Leases,
     pub(crate) clients: Arc<Clients>,
     pub(crate) pulls: Singleflight<PullOutcome>,
     /// The pull runs under way and how far each has come.
     pub(crate) progress: Arc<crate::progress::Pulls>,
     /// The registry settings that may change while crius runs (SIGHUP).
-    pub(crate) registry: RwLock<RegistrySettings>,
+    registry: RwLock<RegistrySettings>,
     pub(crate) blob_work: Singleflight<u64>,
     pub(crate) download_slots: Arc<Semaphore>,
     /// Pulls (and the unpacks they started) hold it shared through a [`GateHold`]; garbage
     /// collection takes it exclusively, never waiting, so it never removes what a pull in
     /// progress has fetched but not yet recorded.
-    pub(crate) gc_gate: Arc<tokio::sync::RwLock<()>>,
+    gc_gate: Arc<tokio::sync::RwLock<()>>,
     /// A collection was asked for while the gate was held: the last holder to let go runs it.
-    pub(crate) gc_pending: AtomicBool,
+    gc_pending: AtomicBool,
     /// Bumped whenever blobs or snapshots may have changed; keys the fs usage cache.
-    pub(crate) generation: AtomicU64,
+    generation: AtomicU64,
     usage_cache: Mutex<Option<(u64, Instant, FsUsage)>>,
 }
 

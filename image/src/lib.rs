@@ -9,6 +9,7 @@ mod auth;
 pub mod auth_file;
 pub mod content;
 pub mod digest;
+mod downloads;
 pub mod error;
 mod export;
 pub mod hosts;

@@ -12,13 +12,13 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 
 use crate::digest::{chain_ids, Digest};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::hosts::{resolve_hosts, RegistryHost};
 use crate::manifest::{self, parse_json, Descriptor, ImageConfig, Index, Manifest, ManifestKind};
-use crate::progress::{Meter, PullReport, Stats, Tracker};
+use crate::progress::{PullReport, Stats, Tracker};
 use crate::records::ImageRecord;
 use crate::reference::Reference;
-use crate::registry::{read_limited, Auth, Session};
+use crate::registry::{no_hosts, read_limited, Auth, Session};
 use crate::store::{ImageStore, Inner, PullOutcome};
 
 const MAX_MANIFEST_BYTES: usize = 4 << 20;
@@ -304,7 +304,9 @@ impl Inner {
         ids: &tokio::sync::watch::Sender<Option<LayerIds>>,
         what: &str,
     ) -> Result<(ImageConfig, LayerIds)> {
-        self.fetch_blob(session, &manifest.config, stats).await?;
+        self.downloads
+            .fetch(&self.content, session, &manifest.config, stats)
+            .await?;
         let config_bytes = self.content.read(&manifest.config.digest)?;
         let config: ImageConfig =
             parse_json(&config_bytes, "image config", &manifest.config.digest)?;
@@ -332,7 +334,9 @@ impl Inner {
         stats: &Arc<Stats>,
         mut ids: tokio::sync::watch::Receiver<Option<LayerIds>>,
     ) -> Result<()> {
-        self.fetch_blob(session, layer, stats).await?;
+        self.downloads
+            .fetch(&self.content, session, layer, stats)
+            .await?;
         if !unpack {
             return Ok(());
         }
@@ -460,106 +464,6 @@ impl Inner {
         }
         Ok((digest, body, content_type))
     }
-
-    /// Makes sure `desc` is in the content store, downloading it once however many pulls ask.
-    async fn fetch_blob(
-        self: &Arc<Self>,
-        session: &Arc<Session>,
-        desc: &Descriptor,
-        stats: &Arc<Stats>,
-    ) -> Result<()> {
-        if self.content.has(&desc.digest, Some(desc.size)) {
-            stats.progress.add_done(desc.size);
-            return Ok(());
-        }
-        stats.stored.store(true, Ordering::Relaxed);
-        let this = self.clone();
-        let session = session.clone();
-        let size = desc.size;
-        let desc = desc.clone();
-        let stats = stats.clone();
-        let key = desc.digest.to_string();
-        // Counts the bytes as they arrive when this pull's run downloads the blob; when it
-        // joins another pull's download, the blob counts once it is there.
-        let meter = Arc::new(Meter::new(
-            stats.progress.clone(),
-            desc.digest.as_str(),
-            desc.size,
-        ));
-        let counting = meter.clone();
-        self.blob_work
-            .run(&key, move || async move {
-                this.download(&session, &desc, &stats, &counting).await
-            })
-            .await?;
-        meter.finish(size);
-        Ok(())
-    }
-
-    async fn download(
-        &self,
-        session: &Session,
-        desc: &Descriptor,
-        stats: &Stats,
-        meter: &Meter,
-    ) -> Result<u64> {
-        let _slot = self
-            .download_slots
-            .acquire()
-            .await
-            .map_err(|_| Error::Internal("download slots closed".into()))?;
-        if self.content.has(&desc.digest, Some(desc.size)) {
-            return Ok(0);
-        }
-        let non_distributable = manifest::layer_kind(&desc.media_type).is_some_and(|(_, nd)| nd);
-        let label = format!("blob {}", desc.digest);
-        let mut last = None;
-        for host in session.hosts.iter().filter(|h| h.capabilities.pull) {
-            let start = Instant::now();
-            let result = async {
-                let resp = session
-                    .get(host, &format!("blobs/{}", desc.digest), "", &label)
-                    .await?;
-                self.content
-                    .write_stream(
-                        &host.authority,
-                        &desc.digest,
-                        desc.size,
-                        resp.into_body(),
-                        session.timeout,
-                        meter,
-                    )
-                    .await
-            }
-            .await;
-            match result {
-                Ok(n) => {
-                    stats.fetched(start, n);
-                    return Ok(n);
-                }
-                Err(e) => {
-                    meter.undo();
-                    tracing::warn!(host = %host, "{label}: {e}");
-                    last = Some(e);
-                }
-            }
-        }
-        let err = last.unwrap_or_else(|| no_hosts(&label));
-        if non_distributable && err.kind() == ErrorKind::NotFound {
-            return Err(Error::NonDistributable {
-                digest: desc.digest.clone(),
-                media_type: desc.media_type.clone(),
-                urls: desc.urls.clone(),
-            });
-        }
-        Err(err)
-    }
-}
-
-fn no_hosts(what: &str) -> Error {
-    Error::Internal(format!(
-        "{what}: no registry host may serve it (check the capabilities in hosts.toml)"
-    ))
 }
 
 /// The session's hosts that `keep` lets through, in order.

@@ -546,6 +546,13 @@ impl Session {
     }
 }
 
+/// The error when no host of the pull may serve `what`.
+pub(crate) fn no_hosts(what: &str) -> Error {
+    Error::Internal(format!(
+        "{what}: no registry host may serve it (check the capabilities in hosts.toml)"
+    ))
+}
+
 /// Reads a whole (small) body, refusing more than `limit` bytes.
 pub(crate) async fn read_limited(
     resp: Response<Incoming>,

@@ -15,10 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
-
 use crate::content::ContentStore;
 use crate::digest::Digest;
+use crate::downloads::Downloads;
 use crate::error::{Error, Result};
 use crate::leases::{check_holder, Leases};
 use crate::manifest::{Descriptor, Platform};
@@ -141,8 +140,7 @@ pub(crate) struct Inner {
     pub(crate) progress: Arc<crate::progress::Pulls>,
     /// The registry settings that may change while crius runs (SIGHUP).
     registry: RwLock<RegistrySettings>,
-    pub(crate) blob_work: Singleflight<u64>,
-    pub(crate) download_slots: Arc<Semaphore>,
+    pub(crate) downloads: Downloads,
     /// Pulls (and the unpacks they started) hold it shared through a [`GateHold`]; garbage
     /// collection takes it exclusively, never waiting, so it never removes what a pull in
     /// progress has fetched but not yet recorded.
@@ -175,7 +173,7 @@ impl ImageStore {
             auth_file: config.auth_file.clone(),
         };
         let inner = Inner {
-            download_slots: Arc::new(Semaphore::new(config.max_concurrent_downloads.max(1))),
+            downloads: Downloads::new(config.max_concurrent_downloads),
             config,
             content,
             snapshots,
@@ -185,7 +183,6 @@ impl ImageStore {
             pulls: Singleflight::default(),
             progress: Arc::default(),
             registry: RwLock::new(registry),
-            blob_work: Singleflight::default(),
             gc_gate: Arc::new(tokio::sync::RwLock::new(())),
             gc_pending: AtomicBool::new(false),
             generation: AtomicU64::new(0),
@@ -228,24 +225,9 @@ impl ImageStore {
                 .unwrap_or_else(|e| e.into_inner());
             std::mem::replace(&mut *settings, new.clone())
         };
-        let (was, now) = (old.max_concurrent_downloads, new.max_concurrent_downloads);
-        if now > was {
-            self.inner.download_slots.add_permits(now - was);
-        } else if now < was {
-            // Free slots go at once; the rest as downloads under way end (none is cut short).
-            let slots = &self.inner.download_slots;
-            let busy = (was - now) - slots.forget_permits(was - now);
-            let busy = u32::try_from(busy).unwrap_or(u32::MAX);
-            let runtime = tokio::runtime::Handle::try_current();
-            if let (true, Ok(runtime)) = (busy > 0, runtime) {
-                let slots = slots.clone();
-                runtime.spawn(async move {
-                    if let Ok(permits) = slots.acquire_many(busy).await {
-                        permits.forget();
-                    }
-                });
-            }
-        }
+        self.inner
+            .downloads
+            .set_limit(old.max_concurrent_downloads, new.max_concurrent_downloads);
     }
 
     pub fn content(&self) -> &ContentStore {

@@ -123,33 +123,16 @@ impl ImageStore {
 }
 
 impl Inner {
+    /// One import: stage and read the archive, then commit each image it has for this
+    /// platform (its blobs, its snapshots, its record).
     async fn import<R: Read + Send + 'static>(
         self: Arc<Self>,
         input: R,
         tracker: Arc<Tracker>,
         started: Instant,
     ) -> Result<ImportReport> {
-        let ingest = self.config.root.join("content").join("ingest");
-        let meter = tracker.clone();
-        let staged = tokio::task::spawn_blocking(move || stage(input, &ingest, &meter))
-            .await
-            .map_err(|e| Error::Internal(format!("import task: {e}")))??;
-        let platform = self.config.platform.clone();
-        let (found, skipped) = interpret(&staged, &platform)?;
-        if found.is_empty() {
-            return Err(Error::Archive {
-                reason: if skipped.is_empty() {
-                    "no images in it".into()
-                } else {
-                    format!(
-                        "no image for platform {platform} (has: {})",
-                        skipped.join(", ")
-                    )
-                },
-            });
-        }
+        let (staged, found, skipped) = self.read_archive(input, tracker.clone()).await?;
         tracker.set_total(staged.bytes);
-
         let stats = Arc::new(Stats::new(tracker));
         let mut report = ImportReport {
             skipped_platforms: skipped,
@@ -163,30 +146,7 @@ impl Inner {
             .count();
         let mut records = Vec::new();
         for image in found {
-            // Blobs move into the content store first: the unpack reads them from there, as
-            // for a pull.
-            if let Some((digest, path)) = &image.index {
-                self.adopt(&staged, digest, path)?;
-            }
-            match &image.manifest_source {
-                Blob::Staged(path) => self.adopt(&staged, &image.manifest_digest, path)?,
-                Blob::Made(bytes) => self.content.write_bytes(&image.manifest_digest, bytes)?,
-            }
-            for (digest, path) in &image.blobs {
-                self.adopt(&staged, digest, path)?;
-            }
-            let diff_ids = &image.config.rootfs.diff_ids;
-            let chains = chain_ids(diff_ids);
-            let work = image.manifest.layers.iter().enumerate().map(|(i, layer)| {
-                let this = self.clone();
-                let stats = stats.clone();
-                let diff = diff_ids[i].clone();
-                let chain = chains[i].clone();
-                let layer = layer.clone();
-                async move { this.unpack(&layer, &diff, &chain, &stats).await }
-            });
-            futures::future::try_join_all(work).await?;
-            records.push(self.record(&image, chains)?);
+            records.push(self.commit_image(&staged, &image, &stats).await?);
         }
         let after: usize = records
             .iter()
@@ -203,6 +163,67 @@ impl Inner {
             "imported images"
         );
         Ok(report)
+    }
+
+    /// Stages the archive (on a blocking thread) and finds its images for this platform;
+    /// the platforms of the index entries skipped. An archive with none for it fails.
+    async fn read_archive<R: Read + Send + 'static>(
+        &self,
+        input: R,
+        meter: Arc<Tracker>,
+    ) -> Result<(Staged, Vec<Found>, Vec<String>)> {
+        let ingest = self.config.root.join("content").join("ingest");
+        let staged = tokio::task::spawn_blocking(move || stage(input, &ingest, &meter))
+            .await
+            .map_err(|e| Error::Internal(format!("import task: {e}")))??;
+        let platform = &self.config.platform;
+        let (found, skipped) = interpret(&staged, platform)?;
+        if found.is_empty() {
+            return Err(Error::Archive {
+                reason: if skipped.is_empty() {
+                    "no images in it".into()
+                } else {
+                    format!(
+                        "no image for platform {platform} (has: {})",
+                        skipped.join(", ")
+                    )
+                },
+            });
+        }
+        Ok((staged, found, skipped))
+    }
+
+    /// Moves the image's blobs into the content store, unpacks its layers as a pull does and
+    /// records it.
+    async fn commit_image(
+        self: &Arc<Self>,
+        staged: &Staged,
+        image: &Found,
+        stats: &Arc<Stats>,
+    ) -> Result<ImageRecord> {
+        // Blobs move into the content store first: the unpack reads them from there, as for
+        // a pull.
+        if let Some((digest, path)) = &image.index {
+            self.adopt(staged, digest, path)?;
+        }
+        match &image.manifest_source {
+            Blob::Staged(path) => self.adopt(staged, &image.manifest_digest, path)?,
+            Blob::Made(bytes) => self.content.write_bytes(&image.manifest_digest, bytes)?,
+        }
+        for (digest, path) in &image.blobs {
+            self.adopt(staged, digest, path)?;
+        }
+        // checked_image made sure there is one diff ID per layer.
+        let diff_ids = &image.config.rootfs.diff_ids;
+        let chains = chain_ids(diff_ids);
+        let work = image
+            .manifest
+            .layers
+            .iter()
+            .zip(diff_ids.iter().zip(&chains))
+            .map(|(layer, (diff, chain))| self.unpack(layer, diff, chain, stats));
+        futures::future::try_join_all(work).await?;
+        self.record(image, chains)
     }
 
     /// Moves the staged file at `path` into the content store as `digest` (already verified:

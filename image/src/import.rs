@@ -532,13 +532,7 @@ fn oci_layout(staged: &Staged, platform: &Platform) -> Result<(Vec<Found>, Vec<S
         let (index_blob, manifest_desc, manifest_path) = match kind {
             ManifestKind::Index => {
                 let nested: Index = parse_json(&top_bytes, "image index", &entry.digest)?;
-                let chosen = nested
-                    .select(platform)
-                    .ok_or_else(|| Error::NoMatchingPlatform {
-                        reference: format!("archive entry {}", entry.digest),
-                        platform: platform.to_string(),
-                        available: nested.platforms(),
-                    })?;
+                let chosen = nested.choose(platform, &format!("archive entry {}", entry.digest))?;
                 let path = staged.blob(chosen, "manifest")?;
                 (Some((entry.digest.clone(), top_path)), chosen.clone(), path)
             }

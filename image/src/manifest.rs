@@ -108,6 +108,17 @@ impl Index {
             .find(|d| d.platform.as_ref().is_some_and(|p| platform.matches(p)))
     }
 
+    /// [`Index::select`], or the error naming `reference` and the platforms the index has:
+    /// pulls and imports choose alike.
+    pub(crate) fn choose(&self, platform: &Platform, reference: &str) -> Result<&Descriptor> {
+        self.select(platform)
+            .ok_or_else(|| Error::NoMatchingPlatform {
+                reference: reference.to_string(),
+                platform: platform.to_string(),
+                available: self.platforms(),
+            })
+    }
+
     pub fn platforms(&self) -> String {
         let names: Vec<String> = self
             .manifests

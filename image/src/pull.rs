@@ -231,14 +231,7 @@ impl Inner {
         what: &str,
     ) -> Result<(Digest, Bytes)> {
         let index: Index = parse_json(index_bytes, "image index", index_digest)?;
-        let platform = &self.config.platform;
-        let chosen = index
-            .select(platform)
-            .ok_or_else(|| Error::NoMatchingPlatform {
-                reference: what.to_string(),
-                platform: platform.to_string(),
-                available: index.platforms(),
-            })?;
+        let chosen = index.choose(&self.config.platform, what)?;
         let pullers = hosts_where(session, |h| h.capabilities.pull);
         let (d, bytes, ct) = self
             .fetch_manifest(

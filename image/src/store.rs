@@ -1,5 +1,8 @@
-//! [`ImageStore`]: the crate's entry point. It owns the content store, the snapshots and the
-//! image records under one root directory:
+//! [`ImageStore`]: the crate's entry point. It owns the content store, the snapshots, the
+//! image records and the leases, each a type with a file of its own (`content.rs`,
+//! `snapshots.rs`, `records.rs`, `leases.rs`; the downloads are `downloads.rs`'s); this file
+//! keeps the collection, and the gate that stops it from sweeping what a pull is making. All
+//! of them live under one root directory:
 //!
 //! ```text
 //! <root>/content/sha256/<hex>      verified blobs (manifests, configs, layers)

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::auth::{authority, Auth};
 use crate::error::{Error, Result};
-use crate::registry::Auth;
 
 #[derive(Deserialize)]
 struct File {
@@ -55,18 +55,6 @@ pub(crate) fn parse(text: &str) -> std::result::Result<HashMap<String, Auth>, St
             (authority(&key), auth)
         })
         .collect())
-}
-
-/// The registry authority a key names.
-pub(crate) fn authority(key: &str) -> String {
-    let host = key
-        .trim_start_matches("https://")
-        .trim_start_matches("http://");
-    let host = host.split('/').next().unwrap_or(host);
-    match host {
-        "index.docker.io" | "registry-1.docker.io" | "docker.io" => "docker.io".to_string(),
-        other => other.to_string(),
-    }
 }
 
 #[cfg(test)]

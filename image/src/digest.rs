@@ -82,6 +82,12 @@ pub fn chain_ids(diff_ids: &[Digest]) -> Vec<Digest> {
     out
 }
 
+/// Whether `s` is lowercase hex, as digests and image ids are written.
+pub(crate) fn is_hex(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

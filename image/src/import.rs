@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -29,10 +29,10 @@ use crate::content::{unique_suffix, TempPath};
 use crate::digest::{chain_ids, Digest};
 use crate::error::{Error, Result};
 use crate::manifest::{
-    self, Descriptor, ImageConfig, Index, LayerKind, Manifest, ManifestKind, Platform,
+    self, parse_json, Descriptor, ImageConfig, Index, LayerKind, Manifest, ManifestKind, Platform,
 };
-use crate::pull::{Stats, MAX_LAYERS};
-use crate::records::{user_of, ImageRecord};
+use crate::progress::{Stats, Tracker};
+use crate::records::ImageRecord;
 use crate::reference::Reference;
 use crate::store::{ImageStore, Inner};
 
@@ -123,19 +123,61 @@ impl ImageStore {
 }
 
 impl Inner {
+    /// One import: stage and read the archive, then commit each image it has for this
+    /// platform (its blobs, its snapshots, its record).
     async fn import<R: Read + Send + 'static>(
         self: Arc<Self>,
         input: R,
-        tracker: Arc<crate::progress::Tracker>,
+        tracker: Arc<Tracker>,
         started: Instant,
     ) -> Result<ImportReport> {
+        let (staged, found, skipped) = self.read_archive(input, tracker.clone()).await?;
+        tracker.set_total(staged.bytes);
+        let stats = Arc::new(Stats::new(tracker));
+        let mut report = ImportReport {
+            skipped_platforms: skipped,
+            archive_bytes: staged.bytes,
+            ..Default::default()
+        };
+        let before: usize = found
+            .iter()
+            .flat_map(|f| chain_ids(&f.config.rootfs.diff_ids))
+            .filter(|c| self.snapshots.has(c))
+            .count();
+        let mut records = Vec::new();
+        for image in found {
+            records.push(self.commit_image(&staged, &image, &stats).await?);
+        }
+        let after: usize = records
+            .iter()
+            .flat_map(|r| r.chain_ids.iter())
+            .filter(|c| self.snapshots.has(c))
+            .count();
+        report.layers_unpacked = after.saturating_sub(before);
+        report.images = records;
+        report.seconds = started.elapsed().as_secs_f64();
+        tracing::info!(
+            images = report.images.len(),
+            bytes = report.archive_bytes,
+            secs = report.seconds,
+            "imported images"
+        );
+        Ok(report)
+    }
+
+    /// Stages the archive (on a blocking thread) and finds its images for this platform;
+    /// the platforms of the index entries skipped. An archive with none for it fails.
+    async fn read_archive<R: Read + Send + 'static>(
+        &self,
+        input: R,
+        meter: Arc<Tracker>,
+    ) -> Result<(Staged, Vec<Found>, Vec<String>)> {
         let ingest = self.config.root.join("content").join("ingest");
-        let meter = tracker.clone();
         let staged = tokio::task::spawn_blocking(move || stage(input, &ingest, &meter))
             .await
             .map_err(|e| Error::Internal(format!("import task: {e}")))??;
-        let platform = self.config.platform.clone();
-        let (found, skipped) = interpret(&staged, &platform)?;
+        let platform = &self.config.platform;
+        let (found, skipped) = interpret(&staged, platform)?;
         if found.is_empty() {
             return Err(Error::Archive {
                 reason: if skipped.is_empty() {
@@ -148,61 +190,40 @@ impl Inner {
                 },
             });
         }
-        tracker.set_total(staged.bytes);
+        Ok((staged, found, skipped))
+    }
 
-        let stats = Arc::new(Stats::new(tracker));
-        let mut report = ImportReport {
-            skipped_platforms: skipped,
-            archive_bytes: staged.bytes,
-            ..Default::default()
-        };
-        let before: usize = found
-            .iter()
-            .flat_map(|f| chain_ids(&f.config.rootfs.diff_ids))
-            .filter(|c| self.snapshot_dir(c).join("fs").is_dir())
-            .count();
-        let mut records = Vec::new();
-        for image in found {
-            // Blobs move into the content store first: the unpack reads them from there, as
-            // for a pull.
-            if let Some((digest, path)) = &image.index {
-                self.adopt(&staged, digest, path)?;
-            }
-            match &image.manifest_source {
-                Blob::Staged(path) => self.adopt(&staged, &image.manifest_digest, path)?,
-                Blob::Made(bytes) => self.content.write_bytes(&image.manifest_digest, bytes)?,
-            }
-            for (digest, path) in &image.blobs {
-                self.adopt(&staged, digest, path)?;
-            }
-            let diff_ids = &image.config.rootfs.diff_ids;
-            let chains = chain_ids(diff_ids);
-            let work = image.manifest.layers.iter().enumerate().map(|(i, layer)| {
-                let this = self.clone();
-                let stats = stats.clone();
-                let diff = diff_ids[i].clone();
-                let chain = chains[i].clone();
-                let layer = layer.clone();
-                async move { this.unpack(&layer, &diff, &chain, &stats).await }
-            });
-            futures::future::try_join_all(work).await?;
-            records.push(self.record(&image, chains)?);
+    /// Moves the image's blobs into the content store, unpacks its layers as a pull does and
+    /// records it.
+    async fn commit_image(
+        self: &Arc<Self>,
+        staged: &Staged,
+        image: &Found,
+        stats: &Arc<Stats>,
+    ) -> Result<ImageRecord> {
+        // Blobs move into the content store first: the unpack reads them from there, as for
+        // a pull.
+        if let Some((digest, path)) = &image.index {
+            self.adopt(staged, digest, path)?;
         }
-        let after: usize = records
+        match &image.manifest_source {
+            Blob::Staged(path) => self.adopt(staged, &image.manifest_digest, path)?,
+            Blob::Made(bytes) => self.content.write_bytes(&image.manifest_digest, bytes)?,
+        }
+        for (digest, path) in &image.blobs {
+            self.adopt(staged, digest, path)?;
+        }
+        // checked_image made sure there is one diff ID per layer.
+        let diff_ids = &image.config.rootfs.diff_ids;
+        let chains = chain_ids(diff_ids);
+        let work = image
+            .manifest
+            .layers
             .iter()
-            .flat_map(|r| r.chain_ids.iter())
-            .filter(|c| self.snapshot_dir(c).join("fs").is_dir())
-            .count();
-        report.layers_unpacked = after.saturating_sub(before);
-        report.images = records;
-        report.seconds = started.elapsed().as_secs_f64();
-        tracing::info!(
-            images = report.images.len(),
-            bytes = report.archive_bytes,
-            secs = report.seconds,
-            "imported images"
-        );
-        Ok(report)
+            .zip(diff_ids.iter().zip(&chains))
+            .map(|(layer, (diff, chain))| self.unpack(layer, diff, chain, stats));
+        futures::future::try_join_all(work).await?;
+        self.record(image, chains)
     }
 
     /// Moves the staged file at `path` into the content store as `digest` (already verified:
@@ -225,35 +246,19 @@ impl Inner {
     }
 
     fn record(&self, image: &Found, chains: Vec<Digest>) -> Result<ImageRecord> {
-        let user = image
-            .config
-            .config
-            .as_ref()
-            .and_then(|c| c.user.clone())
-            .unwrap_or_default();
-        let (uid, username) = user_of(&user);
-        let manifest = &image.manifest;
-        let record = ImageRecord {
-            id: format!("sha256:{}", manifest.config.digest.hex()),
-            repo_tags: image.names.iter().filter_map(|r| r.repo_tag()).collect(),
-            repo_digests: match &image.top {
+        let record = ImageRecord::new(
+            &image.manifest,
+            image.manifest_digest.clone(),
+            image.index.as_ref().map(|(d, _)| d.clone()),
+            &image.config,
+            chains,
+            image.names.iter().filter_map(|r| r.repo_tag()).collect(),
+            match &image.top {
                 Some(top) => image.names.iter().map(|r| r.repo_digest(top)).collect(),
                 None => Vec::new(),
             },
-            size: manifest.config.size + manifest.layers.iter().map(|l| l.size).sum::<u64>(),
-            config_digest: manifest.config.digest.clone(),
-            manifest_digest: image.manifest_digest.clone(),
-            index_digest: image.index.as_ref().map(|(d, _)| d.clone()),
-            layers: manifest.layers.iter().map(|l| l.digest.clone()).collect(),
-            chain_ids: chains,
-            uid,
-            username,
-            pinned: false,
-            pulled_at: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        };
-        self.commit_record(record)
+        );
+        self.records.commit(record)
     }
 }
 
@@ -357,7 +362,7 @@ fn link_target(link: &str, target: &str) -> String {
 }
 
 /// Reads the whole archive, staging every regular file under `ingest`.
-fn stage<R: Read>(input: R, ingest: &Path, meter: &crate::progress::Tracker) -> Result<Staged> {
+fn stage<R: Read>(input: R, ingest: &Path, meter: &Tracker) -> Result<Staged> {
     let dir = TempPath::new(ingest.join(format!("import-{}", unique_suffix())));
     std::fs::create_dir(dir.path()).map_err(Error::io("create", dir.path()))?;
     let mut input = std::io::BufReader::with_capacity(1 << 20, input);
@@ -526,14 +531,8 @@ fn oci_layout(staged: &Staged, platform: &Platform) -> Result<(Vec<Found>, Vec<S
         let (kind, media_type) = manifest::manifest_kind(&top_bytes, Some(&entry.media_type));
         let (index_blob, manifest_desc, manifest_path) = match kind {
             ManifestKind::Index => {
-                let nested: Index = parse(&top_bytes, "image index", &entry.digest)?;
-                let chosen = nested
-                    .select(platform)
-                    .ok_or_else(|| Error::NoMatchingPlatform {
-                        reference: format!("archive entry {}", entry.digest),
-                        platform: platform.to_string(),
-                        available: nested.platforms(),
-                    })?;
+                let nested: Index = parse_json(&top_bytes, "image index", &entry.digest)?;
+                let chosen = nested.choose(platform, &format!("archive entry {}", entry.digest))?;
                 let path = staged.blob(chosen, "manifest")?;
                 (Some((entry.digest.clone(), top_path)), chosen.clone(), path)
             }
@@ -546,7 +545,7 @@ fn oci_layout(staged: &Staged, platform: &Platform) -> Result<(Vec<Found>, Vec<S
             }
         };
         let bytes = staged.read(&manifest_path, "manifest")?;
-        let manifest: Manifest = parse(&bytes, "manifest", &manifest_desc.digest)?;
+        let manifest: Manifest = parse_json(&bytes, "manifest", &manifest_desc.digest)?;
         let image = checked_image(
             staged,
             names,
@@ -643,7 +642,7 @@ fn docker_archive(staged: &Staged) -> Result<Vec<Found>> {
         let bytes = serde_json::to_vec(&made)
             .map_err(|e| Error::Internal(format!("encode a manifest: {e}")))?;
         let digest = Digest::of(&bytes);
-        let manifest: Manifest = parse(&bytes, "manifest", &digest)?;
+        let manifest: Manifest = parse_json(&bytes, "manifest", &digest)?;
         let names = entry
             .repo_tags
             .unwrap_or_default()
@@ -685,37 +684,19 @@ fn checked_image(
     manifest: Manifest,
 ) -> Result<Found> {
     let what = format!("image {}", manifest.config.digest);
-    if manifest.layers.len() > MAX_LAYERS {
-        return Err(Error::TooManyLayers {
-            what: format!("manifest {manifest_digest}"),
-            layers: manifest.layers.len(),
-            max: MAX_LAYERS,
-        });
-    }
-    let mut blobs = vec![(
-        manifest.config.digest.clone(),
-        staged.blob(&manifest.config, "config")?,
-    )];
+    manifest.check_layers(&format!("manifest {manifest_digest}"), &what)?;
+    let config_path = staged.blob(&manifest.config, "config")?;
+    let mut blobs = vec![(manifest.config.digest.clone(), config_path.clone())];
     for layer in &manifest.layers {
-        if manifest::layer_kind(&layer.media_type).is_none() {
-            return Err(Error::UnsupportedMediaType {
-                media_type: layer.media_type.clone(),
-                what: format!("layer {} of {what}", layer.digest),
-            });
-        }
         blobs.push((layer.digest.clone(), staged.blob(layer, "layer")?));
     }
-    let config_bytes = staged.read(&blobs[0].1, "image config")?;
-    let config: ImageConfig = parse(&config_bytes, "image config", &manifest.config.digest)?;
-    if config.rootfs.diff_ids.len() != manifest.layers.len() {
-        return Err(Error::Archive {
-            reason: format!(
-                "{what}: config lists {} diff IDs for {} layers",
-                config.rootfs.diff_ids.len(),
-                manifest.layers.len()
-            ),
-        });
-    }
+    let config_bytes = staged.read(&config_path, "image config")?;
+    let config: ImageConfig = parse_json(&config_bytes, "image config", &manifest.config.digest)?;
+    manifest
+        .check_diff_ids(&config)
+        .map_err(|reason| Error::Archive {
+            reason: format!("{what}: {reason}"),
+        })?;
     Ok(Found {
         names,
         top,
@@ -725,14 +706,6 @@ fn checked_image(
         manifest,
         config,
         blobs,
-    })
-}
-
-fn parse<T: serde::de::DeserializeOwned>(data: &[u8], what: &str, digest: &Digest) -> Result<T> {
-    serde_json::from_slice(data).map_err(|source| Error::BadJson {
-        what: what.to_string(),
-        digest: digest.clone(),
-        source,
     })
 }
 

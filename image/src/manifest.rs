@@ -1,11 +1,17 @@
-//! OCI and Docker schema2 manifests, indexes and image configs: just the fields a pull needs,
-//! plus the platform choice for an index.
+//! OCI and Docker schema2 manifests, indexes and image configs: just the fields a pull or an
+//! import needs, the platform choice for an index, and the checks both make of a manifest
+//! before they fetch or move any of its blobs.
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::digest::Digest;
+use crate::error::{Error, Result};
+
+/// The most layers an image may have: Docker's limit, and well within what one overlay mount
+/// of the layers can take.
+pub(crate) const MAX_LAYERS: usize = 127;
 
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -102,6 +108,17 @@ impl Index {
             .find(|d| d.platform.as_ref().is_some_and(|p| platform.matches(p)))
     }
 
+    /// [`Index::select`], or the error naming `reference` and the platforms the index has:
+    /// pulls and imports choose alike.
+    pub(crate) fn choose(&self, platform: &Platform, reference: &str) -> Result<&Descriptor> {
+        self.select(platform)
+            .ok_or_else(|| Error::NoMatchingPlatform {
+                reference: reference.to_string(),
+                platform: platform.to_string(),
+                available: self.platforms(),
+            })
+    }
+
     pub fn platforms(&self) -> String {
         let names: Vec<String> = self
             .manifests
@@ -126,6 +143,61 @@ pub struct Manifest {
     pub layers: Vec<Descriptor>,
     #[serde(default)]
     pub annotations: HashMap<String, String>,
+}
+
+impl Manifest {
+    /// Refuses a manifest with more than [`MAX_LAYERS`] layers (it would make as many snapshots
+    /// and an overlay no kernel mounts) or with a layer of a media type crius cannot unpack.
+    /// `manifest` names the manifest in the first error, `image` the image in the second.
+    pub(crate) fn check_layers(&self, manifest: &str, image: &str) -> Result<()> {
+        if self.layers.len() > MAX_LAYERS {
+            return Err(Error::TooManyLayers {
+                what: manifest.to_string(),
+                layers: self.layers.len(),
+                max: MAX_LAYERS,
+            });
+        }
+        for layer in &self.layers {
+            if layer_kind(&layer.media_type).is_none() {
+                return Err(Error::UnsupportedMediaType {
+                    media_type: layer.media_type.clone(),
+                    what: format!("layer {} of {image}", layer.digest),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that `config` has one diff ID per layer; the reason when it has not (a pull and
+    /// an import report it as different errors).
+    pub(crate) fn check_diff_ids(&self, config: &ImageConfig) -> std::result::Result<(), String> {
+        let (diff_ids, layers) = (config.rootfs.diff_ids.len(), self.layers.len());
+        if diff_ids == layers {
+            Ok(())
+        } else {
+            Err(format!(
+                "config lists {diff_ids} diff IDs for {layers} layers"
+            ))
+        }
+    }
+
+    /// Bytes of the config and the layers.
+    pub(crate) fn size(&self) -> u64 {
+        self.config.size + self.layers.iter().map(|l| l.size).sum::<u64>()
+    }
+}
+
+/// Parses the JSON document `what` (a manifest, an index, a config) whose digest is `digest`.
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
+    data: &[u8],
+    what: &str,
+    digest: &Digest,
+) -> Result<T> {
+    serde_json::from_slice(data).map_err(|source| Error::BadJson {
+        what: what.to_string(),
+        digest: digest.clone(),
+        source,
+    })
 }
 
 /// How a manifest body should be read.

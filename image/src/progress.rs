@@ -4,9 +4,11 @@
 //! downloads is followed too (bytes, when its first and last bytes came), which is what `crius
 //! images pulls` shows per layer: its rate, and how long it has been stalled.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
 
 /// One pull in progress, as [`crate::ImageStore::pulls_in_progress`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,6 +234,91 @@ impl Meter {
         let streamed = self.streamed.swap(size, Ordering::Relaxed);
         self.blob.done.store(size, Ordering::Relaxed);
         self.pull.add_done(size.saturating_sub(streamed));
+    }
+}
+
+/// Figures of one pull (for logs, metrics and the benchmark).
+#[derive(Debug, Clone, Default)]
+pub struct PullReport {
+    pub layers: usize,
+    /// Compressed bytes downloaded by this pull (blobs already present are not counted).
+    pub fetched_bytes: u64,
+    /// From the first download's start to the last one's end.
+    pub fetch_time: Duration,
+    /// Uncompressed tar bytes unpacked by this pull.
+    pub unpacked_bytes: u64,
+    /// From the first unpack's start to the last one's end.
+    pub unpack_time: Duration,
+    pub total_time: Duration,
+}
+
+#[derive(Default)]
+struct Window {
+    first: Option<Instant>,
+    last: Option<Instant>,
+    bytes: u64,
+}
+
+impl Window {
+    fn add(&mut self, start: Instant, end: Instant, bytes: u64) {
+        self.first = Some(self.first.map_or(start, |f| f.min(start)));
+        self.last = Some(self.last.map_or(end, |l| l.max(end)));
+        self.bytes += bytes;
+    }
+    fn span(&self) -> Duration {
+        match (self.first, self.last) {
+            (Some(f), Some(l)) => l.duration_since(f),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// What one pull or import run fetched and unpacked, and how far it has come.
+pub(crate) struct Stats {
+    fetch: Mutex<Window>,
+    unpack: Mutex<Window>,
+    /// How far the pull has come, for [`crate::ImageStore::pulls_in_progress`].
+    pub(crate) progress: Arc<Tracker>,
+    /// A blob was not in the store when the pull asked for it: the pull stored it, or waited
+    /// for another pull to. Its directory entry is then synced before the image is recorded.
+    pub(crate) stored: AtomicBool,
+}
+
+impl Stats {
+    pub(crate) fn new(progress: Arc<Tracker>) -> Stats {
+        Stats {
+            fetch: Mutex::default(),
+            unpack: Mutex::default(),
+            progress,
+            stored: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn fetched(&self, start: Instant, bytes: u64) {
+        if let Ok(mut w) = self.fetch.lock() {
+            w.add(start, Instant::now(), bytes);
+        }
+    }
+
+    pub(crate) fn unpacked(&self, start: Instant, bytes: u64) {
+        if let Ok(mut w) = self.unpack.lock() {
+            w.add(start, Instant::now(), bytes);
+        }
+    }
+
+    /// The figures so far of a run of `layers` layers that began at `started`.
+    pub(crate) fn report(&self, layers: usize, started: Instant) -> Result<PullReport> {
+        let lock_failed = |_| Error::Internal("stats lock".into());
+        let fetch = self.fetch.lock().map_err(lock_failed)?;
+        let unpack = self.unpack.lock().map_err(lock_failed)?;
+        Ok(PullReport {
+            layers,
+            fetched_bytes: fetch.bytes,
+            fetch_time: fetch.span(),
+            unpacked_bytes: unpack.bytes,
+            unpack_time: unpack.span(),
+            total_time: started.elapsed(),
+        })
     }
 }
 

@@ -4,27 +4,22 @@
 //! image. Concurrent pulls of one image share one run; blobs and snapshots are shared by
 //! digest and chain ID across pulls.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 
 use crate::digest::{chain_ids, Digest};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::hosts::{resolve_hosts, RegistryHost};
-use crate::manifest::{self, Descriptor, ImageConfig, Index, Manifest, ManifestKind};
-use crate::progress::{Meter, Tracker};
-use crate::records::{user_of, ImageRecord};
+use crate::manifest::{self, parse_json, Descriptor, ImageConfig, Index, Manifest, ManifestKind};
+use crate::progress::{PullReport, Stats, Tracker};
+use crate::records::ImageRecord;
 use crate::reference::Reference;
-use crate::registry::{read_limited, Auth, Session};
-use crate::store::{id_hex, ImageStore, Inner};
-use crate::unpack::{unpack_layer, UnpackStats};
-
-/// The most layers an image may have: Docker's limit, and well within what one overlay mount
-/// of the layers can take.
-pub const MAX_LAYERS: usize = 127;
+use crate::registry::{no_hosts, read_limited, Auth, Session};
+use crate::store::{ImageStore, Inner, PullOutcome};
 
 const MAX_MANIFEST_BYTES: usize = 4 << 20;
 
@@ -38,76 +33,6 @@ pub struct PullOptions {
 impl Default for PullOptions {
     fn default() -> Self {
         Self { unpack: true }
-    }
-}
-
-/// Figures of one pull (for logs, metrics and the benchmark).
-#[derive(Debug, Clone, Default)]
-pub struct PullReport {
-    pub layers: usize,
-    /// Compressed bytes downloaded by this pull (blobs already present are not counted).
-    pub fetched_bytes: u64,
-    /// From the first download's start to the last one's end.
-    pub fetch_time: Duration,
-    /// Uncompressed tar bytes unpacked by this pull.
-    pub unpacked_bytes: u64,
-    /// From the first unpack's start to the last one's end.
-    pub unpack_time: Duration,
-    pub total_time: Duration,
-}
-
-pub(crate) type PullOutcome = (Option<ImageRecord>, PullReport);
-
-#[derive(Default)]
-struct Window {
-    first: Option<Instant>,
-    last: Option<Instant>,
-    bytes: u64,
-}
-
-impl Window {
-    fn add(&mut self, start: Instant, end: Instant, bytes: u64) {
-        self.first = Some(self.first.map_or(start, |f| f.min(start)));
-        self.last = Some(self.last.map_or(end, |l| l.max(end)));
-        self.bytes += bytes;
-    }
-    fn span(&self) -> Duration {
-        match (self.first, self.last) {
-            (Some(f), Some(l)) => l.duration_since(f),
-            _ => Duration::ZERO,
-        }
-    }
-}
-
-pub(crate) struct Stats {
-    fetch: Mutex<Window>,
-    unpack: Mutex<Window>,
-    /// How far the pull has come, for [`ImageStore::pulls_in_progress`].
-    progress: Arc<Tracker>,
-    /// A blob was not in the store when the pull asked for it: the pull stored it, or waited
-    /// for another pull to. Its directory entry is then synced before the image is recorded.
-    stored: AtomicBool,
-}
-
-impl Stats {
-    pub(crate) fn new(progress: Arc<Tracker>) -> Stats {
-        Stats {
-            fetch: Mutex::default(),
-            unpack: Mutex::default(),
-            progress,
-            stored: AtomicBool::new(false),
-        }
-    }
-
-    fn fetched(&self, start: Instant, bytes: u64) {
-        if let Ok(mut w) = self.fetch.lock() {
-            w.add(start, Instant::now(), bytes);
-        }
-    }
-    fn unpacked(&self, start: Instant, bytes: u64) {
-        if let Ok(mut w) = self.unpack.lock() {
-            w.add(start, Instant::now(), bytes);
-        }
     }
 }
 
@@ -162,7 +87,24 @@ impl ImageStore {
     }
 }
 
+/// What a pull's reference resolved to: this platform's manifest, checked, and the manifests
+/// on the way there (stored while the blobs download).
+struct Resolved {
+    /// The digest the reference resolved to: the index's, or the manifest's when there is none.
+    top_digest: Digest,
+    index_digest: Option<Digest>,
+    manifest_digest: Digest,
+    manifest: Manifest,
+    /// The index (if any) and the manifest, as the registry served them.
+    manifests: Vec<(Digest, Bytes)>,
+}
+
+/// The layers' diff IDs and chain IDs from the config, one of each per layer.
+type LayerIds = Arc<(Vec<Digest>, Vec<Digest>)>;
+
 impl Inner {
+    /// One pull run: resolve the reference, fetch the config and layers (unpacking each as it
+    /// comes), then record the image.
     async fn pull(
         self: Arc<Self>,
         reference: &Reference,
@@ -172,13 +114,48 @@ impl Inner {
         progress: Arc<Tracker>,
     ) -> Result<PullOutcome> {
         let what = reference.to_string();
+        let session = self.session(reference, auth)?;
+        let resolved = self.resolve(&session, reference, &what).await?;
+        let manifest = &resolved.manifest;
+        progress.set_total(manifest.size());
+        let stats = Arc::new(Stats::new(progress));
+        let (config, layer_ids) = self
+            .fetch_and_unpack(&session, &resolved, options.unpack, &stats, &what)
+            .await?;
+        let report = stats.report(manifest.layers.len(), started)?;
+        if !options.unpack {
+            return Ok((None, report));
+        }
+        let record = ImageRecord::new(
+            manifest,
+            resolved.manifest_digest.clone(),
+            resolved.index_digest.clone(),
+            &config,
+            layer_ids.1.clone(),
+            reference.repo_tag().into_iter().collect(),
+            vec![reference.repo_digest(&resolved.top_digest)],
+        );
+        let record = self.record_pulled(record, &stats).await?;
+        tracing::info!(
+            image = %what,
+            id = %record.id,
+            secs = report.total_time.as_secs_f64(),
+            fetched = report.fetched_bytes,
+            "pulled image"
+        );
+        Ok((Some(record), report))
+    }
+
+    /// A registry session for the reference's hosts (`hosts.toml`, mirrors first) with the
+    /// request's credentials and those of the auth file, read now.
+    fn session(&self, reference: &Reference, auth: &Auth) -> Result<Arc<Session>> {
         let settings = self.registry_settings();
         let hosts = resolve_hosts(settings.config_dir.as_deref(), reference.domain())?;
         let file_auths = match &settings.auth_file {
             Some(path) => crate::auth_file::load(path)?,
             None => Default::default(),
         };
-        let session = Arc::new(Session::new(
+        Ok(Arc::new(Session::new(
             self.clients.clone(),
             hosts,
             reference.domain(),
@@ -186,66 +163,42 @@ impl Inner {
             auth,
             file_auths,
             settings.no_progress_timeout,
-        ));
-        let by_digest = reference.digest().is_some();
-        let resolvers: Vec<RegistryHost> = session
-            .hosts
-            .iter()
-            .filter(|h| {
-                if by_digest {
-                    h.capabilities.pull
-                } else {
-                    h.capabilities.resolve
-                }
-            })
-            .cloned()
-            .collect();
-        let pullers: Vec<RegistryHost> = session
-            .hosts
-            .iter()
-            .filter(|h| h.capabilities.pull)
-            .cloned()
-            .collect();
+        )))
+    }
 
+    /// Resolves `reference` to this platform's manifest and checks it, before any blob is
+    /// downloaded. A tag is resolved on the hosts that may resolve, a digest on those that
+    /// may serve pulls.
+    async fn resolve(
+        &self,
+        session: &Session,
+        reference: &Reference,
+        what: &str,
+    ) -> Result<Resolved> {
+        let by_digest = reference.digest().is_some();
+        let resolvers = hosts_where(session, |h| {
+            if by_digest {
+                h.capabilities.pull
+            } else {
+                h.capabilities.resolve
+            }
+        });
         let (top_digest, top_bytes, content_type) = self
             .fetch_manifest(
-                &session,
+                session,
                 &resolvers,
                 &reference.object(),
                 reference.digest(),
-                &what,
+                what,
             )
             .await?;
-        // Stored (on a blocking thread) while the config and layers download, below.
         let mut manifests = vec![(top_digest.clone(), top_bytes.clone())];
         let (kind, media_type) = manifest::manifest_kind(&top_bytes, content_type.as_deref());
         let (index_digest, manifest_digest, manifest_bytes) = match kind {
             ManifestKind::Index => {
-                let index: Index = parse_json(&top_bytes, "image index", &top_digest)?;
-                let platform = &self.config.platform;
-                let chosen = index
-                    .select(platform)
-                    .ok_or_else(|| Error::NoMatchingPlatform {
-                        reference: what.clone(),
-                        platform: platform.to_string(),
-                        available: index.platforms(),
-                    })?;
-                let (d, bytes, ct) = self
-                    .fetch_manifest(
-                        &session,
-                        &pullers,
-                        chosen.digest.as_str(),
-                        Some(&chosen.digest),
-                        &what,
-                    )
+                let (d, bytes) = self
+                    .platform_manifest(session, &top_digest, &top_bytes, what)
                     .await?;
-                let (child_kind, child_type) = manifest::manifest_kind(&bytes, ct.as_deref());
-                if child_kind != ManifestKind::Manifest {
-                    return Err(Error::UnsupportedMediaType {
-                        media_type: child_type,
-                        what: format!("manifest {d} of {what}"),
-                    });
-                }
                 manifests.push((d.clone(), bytes.clone()));
                 (Some(top_digest.clone()), d, bytes)
             }
@@ -258,97 +211,73 @@ impl Inner {
             }
         };
         let manifest: Manifest = parse_json(&manifest_bytes, "manifest", &manifest_digest)?;
-        // Refused before any download: a manifest listing thousands of layers (or one layer
-        // thousands of times) would make as many snapshots and an overlay no kernel mounts.
-        if manifest.layers.len() > MAX_LAYERS {
-            return Err(Error::TooManyLayers {
-                what: format!("manifest of {what}"),
-                layers: manifest.layers.len(),
-                max: MAX_LAYERS,
+        manifest.check_layers(&format!("manifest of {what}"), what)?;
+        Ok(Resolved {
+            top_digest,
+            index_digest,
+            manifest_digest,
+            manifest,
+            manifests,
+        })
+    }
+
+    /// This platform's manifest from the index `index_bytes`, fetched from the hosts that
+    /// may serve pulls; it must be a manifest, not another index.
+    async fn platform_manifest(
+        &self,
+        session: &Session,
+        index_digest: &Digest,
+        index_bytes: &[u8],
+        what: &str,
+    ) -> Result<(Digest, Bytes)> {
+        let index: Index = parse_json(index_bytes, "image index", index_digest)?;
+        let chosen = index.choose(&self.config.platform, what)?;
+        let pullers = hosts_where(session, |h| h.capabilities.pull);
+        let (d, bytes, ct) = self
+            .fetch_manifest(
+                session,
+                &pullers,
+                chosen.digest.as_str(),
+                Some(&chosen.digest),
+                what,
+            )
+            .await?;
+        let (kind, media_type) = manifest::manifest_kind(&bytes, ct.as_deref());
+        if kind != ManifestKind::Manifest {
+            return Err(Error::UnsupportedMediaType {
+                media_type,
+                what: format!("manifest {d} of {what}"),
             });
         }
-        for layer in &manifest.layers {
-            if manifest::layer_kind(&layer.media_type).is_none() {
-                return Err(Error::UnsupportedMediaType {
-                    media_type: layer.media_type.clone(),
-                    what: format!("layer {} of {what}", layer.digest),
-                });
-            }
-        }
+        Ok((d, bytes))
+    }
 
-        progress
-            .set_total(manifest.config.size + manifest.layers.iter().map(|l| l.size).sum::<u64>());
-        let stats = Arc::new(Stats::new(progress));
+    /// Fetches the config and the layers concurrently, unpacking each layer (with `unpack`)
+    /// as soon as its blob and the config's diff IDs are there, while a blocking thread stores
+    /// the manifests. Returns the config and the layers' IDs.
+    async fn fetch_and_unpack(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        resolved: &Resolved,
+        unpack: bool,
+        stats: &Arc<Stats>,
+        what: &str,
+    ) -> Result<(ImageConfig, LayerIds)> {
+        let manifest = &resolved.manifest;
         // The config is fetched beside the layers, not before them: a layer's unpack needs its
         // diff ID from the config, its download does not. The layers' IDs reach their tasks
         // through `ids`; should the config fail, its error is the pull's and the layer tasks
-        // are dropped with it.
+        // are dropped with it. The sender lives until the join below is over.
         let (ids_tx, ids) = tokio::sync::watch::channel(None);
-        let config_work = async {
-            self.fetch_blob(&session, &manifest.config, &stats).await?;
-            let config_bytes = self.content.read(&manifest.config.digest)?;
-            let config: ImageConfig =
-                parse_json(&config_bytes, "image config", &manifest.config.digest)?;
-            let diff_ids = config.rootfs.diff_ids.clone();
-            if diff_ids.len() != manifest.layers.len() {
-                return Err(Error::InvalidImage {
-                    what: what.to_string(),
-                    reason: format!(
-                        "config lists {} diff IDs for {} layers",
-                        diff_ids.len(),
-                        manifest.layers.len()
-                    ),
-                });
-            }
-            let chains = chain_ids(&diff_ids);
-            let layer_ids = Arc::new((diff_ids, chains));
-            // Nobody listening is fine: without unpacking, no layer task waits.
-            let _ = ids_tx.send(Some(layer_ids.clone()));
-            Ok((config, layer_ids))
-        };
-
-        let work = manifest.layers.iter().enumerate().map(|(i, layer)| {
-            let this = self.clone();
-            let session = session.clone();
-            let stats = stats.clone();
-            let mut ids = ids.clone();
-            async move {
-                this.fetch_blob(&session, layer, &stats).await?;
-                if options.unpack {
-                    // Waits for the config's IDs. Their sender lives as long as this pull,
-                    // so no error comes while the join below runs; should one come, the
-                    // config's own result decides the pull.
-                    let layer_ids = match ids.wait_for(Option::is_some).await {
-                        Ok(ids) => ids.clone(),
-                        Err(_) => None,
-                    };
-                    let Some(layer_ids) = layer_ids else {
-                        return Ok(());
-                    };
-                    let (diff_ids, chains) = &*layer_ids;
-                    // The config's work checked that there is one per layer.
-                    let (Some(diff), Some(chain)) = (diff_ids.get(i), chains.get(i)) else {
-                        return Err(Error::Internal(format!("no diff ID for layer {i}")));
-                    };
-                    this.unpack(layer, diff, chain, &stats).await?;
-                }
-                Ok::<_, Error>(())
-            }
-        });
-        let staging = {
-            let this = self.clone();
-            let stats = stats.clone();
-            tokio::task::spawn_blocking(move || {
-                for (digest, bytes) in &manifests {
-                    if this.content.stage_bytes(digest, bytes)? {
-                        stats.stored.store(true, Ordering::Relaxed);
-                    }
-                }
-                Ok::<_, Error>(())
-            })
-        };
+        let config_work = self.fetch_config(session, manifest, stats, &ids_tx, what);
+        let layer_work = manifest
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, layer)| self.fetch_layer(session, layer, i, unpack, stats, ids.clone()));
+        let staging = self.stage_manifests(resolved.manifests.clone(), stats);
         let joined =
-            futures::future::try_join(config_work, futures::future::try_join_all(work)).await;
+            futures::future::try_join(config_work, futures::future::try_join_all(layer_work)).await;
         // Awaited whatever the downloads did: the collection after a failed pull must find
         // the manifests in the store to free them.
         let staged = staging
@@ -356,117 +285,103 @@ impl Inner {
             .map_err(|e| Error::Internal(format!("store the manifests: {e}")))?;
         let ((config, layer_ids), _) = joined?;
         staged?;
-        let chains = layer_ids.1.clone();
+        Ok((config, layer_ids))
+    }
 
-        let report = {
-            let fetch = stats
-                .fetch
-                .lock()
-                .map_err(|_| Error::Internal("stats lock".into()))?;
-            let unpack = stats
-                .unpack
-                .lock()
-                .map_err(|_| Error::Internal("stats lock".into()))?;
-            PullReport {
-                layers: manifest.layers.len(),
-                fetched_bytes: fetch.bytes,
-                fetch_time: fetch.span(),
-                unpacked_bytes: unpack.bytes,
-                unpack_time: unpack.span(),
-                total_time: started.elapsed(),
-            }
-        };
-        if !options.unpack {
-            return Ok((None, report));
+    /// Fetches and checks the config, then sends the layers' IDs to the layer tasks.
+    async fn fetch_config(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        manifest: &Manifest,
+        stats: &Arc<Stats>,
+        ids: &tokio::sync::watch::Sender<Option<LayerIds>>,
+        what: &str,
+    ) -> Result<(ImageConfig, LayerIds)> {
+        self.downloads
+            .fetch(&self.content, session, &manifest.config, stats)
+            .await?;
+        let config_bytes = self.content.read(&manifest.config.digest)?;
+        let config: ImageConfig =
+            parse_json(&config_bytes, "image config", &manifest.config.digest)?;
+        manifest
+            .check_diff_ids(&config)
+            .map_err(|reason| Error::InvalidImage {
+                what: what.to_string(),
+                reason,
+            })?;
+        let diff_ids = config.rootfs.diff_ids.clone();
+        let chains = chain_ids(&diff_ids);
+        let layer_ids = Arc::new((diff_ids, chains));
+        // Nobody listening is fine: without unpacking, no layer task waits.
+        let _ = ids.send(Some(layer_ids.clone()));
+        Ok((config, layer_ids))
+    }
+
+    /// Fetches layer `i`, then (with `unpack`) waits for the config's IDs and unpacks it.
+    async fn fetch_layer(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        layer: &Descriptor,
+        i: usize,
+        unpack: bool,
+        stats: &Arc<Stats>,
+        mut ids: tokio::sync::watch::Receiver<Option<LayerIds>>,
+    ) -> Result<()> {
+        self.downloads
+            .fetch(&self.content, session, layer, stats)
+            .await?;
+        if !unpack {
+            return Ok(());
         }
-
-        let user = config
-            .config
-            .as_ref()
-            .and_then(|c| c.user.clone())
-            .unwrap_or_default();
-        let (uid, username) = user_of(&user);
-        let record = ImageRecord {
-            id: format!("sha256:{}", manifest.config.digest.hex()),
-            repo_tags: reference.repo_tag().into_iter().collect(),
-            repo_digests: vec![reference.repo_digest(&top_digest)],
-            size: manifest.config.size + manifest.layers.iter().map(|l| l.size).sum::<u64>(),
-            config_digest: manifest.config.digest.clone(),
-            manifest_digest,
-            index_digest,
-            layers: manifest.layers.iter().map(|l| l.digest.clone()).collect(),
-            chain_ids: chains,
-            uid,
-            username,
-            pinned: false,
-            pulled_at: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+        // The sender lives as long as the pull's join, so no error comes while it runs;
+        // should one come, the config's own result decides the pull.
+        let layer_ids = match ids.wait_for(Option::is_some).await {
+            Ok(ids) => ids.clone(),
+            Err(_) => None,
         };
-        // The directory entries of the blobs this pull stored (or waited for) are durable
-        // before the record that names them.
+        let Some(layer_ids) = layer_ids else {
+            return Ok(());
+        };
+        let (diff_ids, chains) = &*layer_ids;
+        // The config's work checked that there is one per layer.
+        let (Some(diff), Some(chain)) = (diff_ids.get(i), chains.get(i)) else {
+            return Err(Error::Internal(format!("no diff ID for layer {i}")));
+        };
+        self.unpack(layer, diff, chain, stats).await
+    }
+
+    /// Stores the manifests on a blocking thread, started at once.
+    fn stage_manifests(
+        self: &Arc<Self>,
+        manifests: Vec<(Digest, Bytes)>,
+        stats: &Arc<Stats>,
+    ) -> tokio::task::JoinHandle<Result<()>> {
+        let this = self.clone();
+        let stats = stats.clone();
+        tokio::task::spawn_blocking(move || {
+            for (digest, bytes) in &manifests {
+                if this.content.stage_bytes(digest, bytes)? {
+                    stats.stored.store(true, Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Records the image, once the directory entries of the blobs this pull stored (or
+    /// waited for) are durable: never a record naming a blob a power loss can take.
+    async fn record_pulled(
+        self: &Arc<Self>,
+        record: ImageRecord,
+        stats: &Stats,
+    ) -> Result<ImageRecord> {
         if stats.stored.load(Ordering::Relaxed) {
             let this = self.clone();
             tokio::task::spawn_blocking(move || this.content.sync_dir())
                 .await
                 .map_err(|e| Error::Internal(format!("sync the blob directory: {e}")))??;
         }
-        let record = self.commit_record(record)?;
-        tracing::info!(
-            image = %what,
-            id = %record.id,
-            secs = report.total_time.as_secs_f64(),
-            fetched = report.fetched_bytes,
-            "pulled image"
-        );
-        Ok((Some(record), report))
-    }
-
-    /// Stores `new`, merging with an existing record of the same id; its tag moves away from
-    /// any other image that had it.
-    pub(crate) fn commit_record(&self, new: ImageRecord) -> Result<ImageRecord> {
-        let mut records = self
-            .records
-            .write()
-            .map_err(|_| Error::Internal("image store lock poisoned".into()))?;
-        for tag in &new.repo_tags {
-            let holders: Vec<String> = records
-                .values()
-                .filter(|r| r.id != new.id && r.repo_tags.contains(tag))
-                .map(|r| r.id.clone())
-                .collect();
-            for id in holders {
-                if let Some(r) = records.get_mut(&id) {
-                    r.repo_tags.retain(|t| t != tag);
-                    self.records_dir.save(id_hex(&id), r)?;
-                }
-            }
-        }
-        let merged = match records.get(&new.id) {
-            Some(old) => {
-                let mut m = old.clone();
-                for t in &new.repo_tags {
-                    if !m.repo_tags.contains(t) {
-                        m.repo_tags.push(t.clone());
-                    }
-                }
-                for d in &new.repo_digests {
-                    if !m.repo_digests.contains(d) {
-                        m.repo_digests.push(d.clone());
-                    }
-                }
-                m.manifest_digest = new.manifest_digest;
-                m.index_digest = new.index_digest;
-                m.layers = new.layers;
-                m.chain_ids = new.chain_ids;
-                m.size = new.size;
-                m
-            }
-            None => new,
-        };
-        self.records_dir.save(id_hex(&merged.id), &merged)?;
-        records.insert(merged.id.clone(), merged.clone());
-        Ok(merged)
+        self.records.commit(record)
     }
 
     /// Fetches a manifest from the first host that has it, checking its digest when known.
@@ -542,163 +457,9 @@ impl Inner {
         }
         Ok((digest, body, content_type))
     }
-
-    /// Makes sure `desc` is in the content store, downloading it once however many pulls ask.
-    async fn fetch_blob(
-        self: &Arc<Self>,
-        session: &Arc<Session>,
-        desc: &Descriptor,
-        stats: &Arc<Stats>,
-    ) -> Result<()> {
-        if self.content.has(&desc.digest, Some(desc.size)) {
-            stats.progress.add_done(desc.size);
-            return Ok(());
-        }
-        stats.stored.store(true, Ordering::Relaxed);
-        let this = self.clone();
-        let session = session.clone();
-        let size = desc.size;
-        let desc = desc.clone();
-        let stats = stats.clone();
-        let key = desc.digest.to_string();
-        // Counts the bytes as they arrive when this pull's run downloads the blob; when it
-        // joins another pull's download, the blob counts once it is there.
-        let meter = Arc::new(Meter::new(
-            stats.progress.clone(),
-            desc.digest.as_str(),
-            desc.size,
-        ));
-        let counting = meter.clone();
-        self.blob_work
-            .run(&key, move || async move {
-                this.download(&session, &desc, &stats, &counting).await
-            })
-            .await?;
-        meter.finish(size);
-        Ok(())
-    }
-
-    async fn download(
-        &self,
-        session: &Session,
-        desc: &Descriptor,
-        stats: &Stats,
-        meter: &Meter,
-    ) -> Result<u64> {
-        let _slot = self
-            .download_slots
-            .acquire()
-            .await
-            .map_err(|_| Error::Internal("download slots closed".into()))?;
-        if self.content.has(&desc.digest, Some(desc.size)) {
-            return Ok(0);
-        }
-        let non_distributable = manifest::layer_kind(&desc.media_type).is_some_and(|(_, nd)| nd);
-        let label = format!("blob {}", desc.digest);
-        let mut last = None;
-        for host in session.hosts.iter().filter(|h| h.capabilities.pull) {
-            let start = Instant::now();
-            let result = async {
-                let resp = session
-                    .get(host, &format!("blobs/{}", desc.digest), "", &label)
-                    .await?;
-                self.content
-                    .write_stream(
-                        &host.authority,
-                        &desc.digest,
-                        desc.size,
-                        resp.into_body(),
-                        session.timeout,
-                        meter,
-                    )
-                    .await
-            }
-            .await;
-            match result {
-                Ok(n) => {
-                    stats.fetched(start, n);
-                    return Ok(n);
-                }
-                Err(e) => {
-                    meter.undo();
-                    tracing::warn!(host = %host, "{label}: {e}");
-                    last = Some(e);
-                }
-            }
-        }
-        let err = last.unwrap_or_else(|| no_hosts(&label));
-        if non_distributable && err.kind() == ErrorKind::NotFound {
-            return Err(Error::NonDistributable {
-                digest: desc.digest.clone(),
-                media_type: desc.media_type.clone(),
-                urls: desc.urls.clone(),
-            });
-        }
-        Err(err)
-    }
-
-    /// Unpacks a fetched layer into the snapshot for `chain`, once however many pulls ask.
-    pub(crate) async fn unpack(
-        self: &Arc<Self>,
-        layer: &Descriptor,
-        diff: &Digest,
-        chain: &Digest,
-        stats: &Arc<Stats>,
-    ) -> Result<()> {
-        let dest = self.snapshot_dir(chain);
-        if dest.join("fs").is_dir() {
-            return Ok(());
-        }
-        let this = self.clone();
-        let digest = layer.digest.clone();
-        let diff = diff.clone();
-        let stats = stats.clone();
-        self.snapshot_work
-            .run(chain.as_str(), move || async move {
-                let slot = this
-                    .unpack_slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| Error::Internal("unpack slots closed".into()))?;
-                if dest.join("fs").is_dir() {
-                    return Ok(UnpackStats::default());
-                }
-                let start = Instant::now();
-                let blob = this.content.path(&digest);
-                let sync = this.config.sync_snapshots;
-                // The unpack runs on when its pull fails or is dropped: no collection may
-                // sweep until the snapshot it makes is in place.
-                let hold = this.hold_gate_now();
-                let unpacked = tokio::task::spawn_blocking(move || {
-                    let _slot = slot;
-                    let _hold = hold;
-                    unpack_layer(&blob, &digest, &diff, &dest, sync)
-                })
-                .await
-                .map_err(|e| Error::Internal(format!("unpack task: {e}")))??;
-                stats.unpacked(start, unpacked.tar_bytes);
-                Ok(unpacked)
-            })
-            .await?;
-        Ok(())
-    }
 }
 
-fn no_hosts(what: &str) -> Error {
-    Error::Internal(format!(
-        "{what}: no registry host may serve it (check the capabilities in hosts.toml)"
-    ))
-}
-
-fn parse_json<T: serde::de::DeserializeOwned>(
-    data: &[u8],
-    what: &str,
-    digest: &Digest,
-) -> Result<T> {
-    serde_json::from_slice(data).map_err(|source| Error::BadJson {
-        what: what.to_string(),
-        digest: digest.clone(),
-        source,
-    })
+/// The session's hosts that `keep` lets through, in order.
+fn hosts_where(session: &Session, keep: impl Fn(&RegistryHost) -> bool) -> Vec<RegistryHost> {
+    session.hosts.iter().filter(|h| keep(h)).cloned().collect()
 }

@@ -20,82 +20,14 @@ use hyper_util::rt::TokioExecutor;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::auth::authority;
+pub use crate::auth::Auth;
 use crate::error::{Error, Result};
 use crate::hosts::RegistryHost;
 use crate::proxy::{ProxyConnector, ProxySetting};
 
 const MAX_REDIRECTS: usize = 5;
 const USER_AGENT_VALUE: &str = concat!("crius/", env!("CARGO_PKG_VERSION"));
-
-/// Credentials for one pull, as CRI's `AuthConfig` carries them. All fields optional.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Auth {
-    pub username: String,
-    pub password: String,
-    /// base64 of `username:password`.
-    pub auth: String,
-    /// When set, the credentials are only sent to this registry host.
-    pub server_address: String,
-    /// An OAuth2 refresh token, exchanged at the token realm.
-    pub identity_token: String,
-    /// A bearer token sent to the registry as is.
-    pub registry_token: String,
-}
-
-impl Auth {
-    pub fn is_empty(&self) -> bool {
-        self.basic().is_none() && self.identity_token.is_empty() && self.registry_token.is_empty()
-    }
-
-    /// A digest of the credentials, to tell two sets apart without keeping them in a key.
-    pub(crate) fn fingerprint(&self) -> String {
-        let text = format!(
-            "{}\0{}\0{}\0{}\0{}\0{}",
-            self.username,
-            self.password,
-            self.auth,
-            self.server_address,
-            self.identity_token,
-            self.registry_token
-        );
-        crate::digest::Digest::of(text.as_bytes()).hex()[..16].to_string()
-    }
-
-    /// Username and password, from the fields or from `auth`.
-    fn basic(&self) -> Option<(String, String)> {
-        if !self.username.is_empty() {
-            return Some((self.username.clone(), self.password.clone()));
-        }
-        if self.auth.is_empty() {
-            return None;
-        }
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(self.auth.trim())
-            .ok()?;
-        let text = String::from_utf8(raw).ok()?;
-        let (u, p) = text.split_once(':')?;
-        Some((u.to_string(), p.to_string()))
-    }
-
-    /// These credentials, or none if they are meant for another registry.
-    fn for_registry(&self, domain: &str) -> Auth {
-        let server = self
-            .server_address
-            .trim_start_matches("https://")
-            .trim_start_matches("http://")
-            .trim_end_matches('/');
-        let server = server.split('/').next().unwrap_or(server);
-        let matches = server.is_empty()
-            || server == domain
-            || (domain == "docker.io"
-                && matches!(server, "index.docker.io" | "registry-1.docker.io"));
-        if matches {
-            self.clone()
-        } else {
-            Auth::default()
-        }
-    }
-}
 
 type HttpClient = Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
 
@@ -456,7 +388,7 @@ impl Session {
         if origin && !self.auth.is_empty() {
             return &self.auth;
         }
-        let own = self.file_auths.get(&crate::auth_file::authority(registry));
+        let own = self.file_auths.get(&authority(registry));
         own.or_else(|| origin.then(|| self.file_auths.get(&self.domain)).flatten())
             .unwrap_or_else(|| NONE.get_or_init(Auth::default))
     }
@@ -614,6 +546,13 @@ impl Session {
     }
 }
 
+/// The error when no host of the pull may serve `what`.
+pub(crate) fn no_hosts(what: &str) -> Error {
+    Error::Internal(format!(
+        "{what}: no registry host may serve it (check the capabilities in hosts.toml)"
+    ))
+}
+
 /// Reads a whole (small) body, refusing more than `limit` bytes.
 pub(crate) async fn read_limited(
     resp: Response<Incoming>,
@@ -763,35 +702,6 @@ mod tests {
         assert_eq!(c.param("realm"), Some("x"));
         assert_eq!(c.param("error"), Some("invalid \"token\""));
         assert!(parse_challenge(r#"Bearer realm="unterminated"#).is_none());
-    }
-
-    #[test]
-    fn auth_sources() {
-        let a = Auth {
-            auth: base64::engine::general_purpose::STANDARD.encode("u:p:x"),
-            ..Default::default()
-        };
-        assert_eq!(a.basic(), Some(("u".into(), "p:x".into())));
-        let a = Auth {
-            username: "me".into(),
-            password: "pw".into(),
-            auth: "ignored".into(),
-            ..Default::default()
-        };
-        assert_eq!(a.basic(), Some(("me".into(), "pw".into())));
-        assert!(Auth::default().is_empty());
-        assert!(Auth {
-            auth: "!!notbase64".into(),
-            ..Default::default()
-        }
-        .is_empty());
-        let scoped = Auth {
-            username: "u".into(),
-            server_address: "https://index.docker.io/v1/".into(),
-            ..Default::default()
-        };
-        assert!(!scoped.for_registry("docker.io").is_empty());
-        assert!(scoped.for_registry("quay.io").is_empty());
     }
 
     #[test]

@@ -1,5 +1,8 @@
-//! [`ImageStore`]: the crate's entry point. It owns the content store, the snapshots and the
-//! image records under one root directory:
+//! [`ImageStore`]: the crate's entry point. It owns the content store, the snapshots, the
+//! image records and the leases, each a type with a file of its own (`content.rs`,
+//! `snapshots.rs`, `records.rs`, `leases.rs`; the downloads are `downloads.rs`'s); this file
+//! keeps the collection, and the gate that stops it from sweeping what a pull is making. All
+//! of them live under one root directory:
 //!
 //! ```text
 //! <root>/content/sha256/<hex>      verified blobs (manifests, configs, layers)
@@ -9,22 +12,23 @@
 //! <root>/leases/<holder>.json      snapshots held for a container
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
-
-use crate::content::{unique_suffix, ContentStore};
+use crate::content::ContentStore;
 use crate::digest::Digest;
+use crate::downloads::Downloads;
 use crate::error::{Error, Result};
-use crate::manifest::Platform;
-use crate::records::{ImageRecord, JsonDir};
-use crate::reference::Reference;
+use crate::leases::{check_holder, Leases};
+use crate::manifest::{Descriptor, Platform};
+use crate::progress::{PullReport, Stats};
+use crate::records::{ImageRecord, Records};
 use crate::registry::Clients;
 use crate::singleflight::Singleflight;
+use crate::snapshots::Snapshots;
 
 /// Settings of an [`ImageStore`]; every field has a default.
 #[derive(Debug, Clone)]
@@ -113,7 +117,7 @@ pub struct LeaseFile {
 impl LeaseFile {
     /// Writes and syncs the lease file (blocking).
     pub fn persist(self) -> Result<()> {
-        self.inner.leases_dir.save(&self.holder, &self.chain_ids)
+        self.inner.leases.persist(&self.holder, &self.chain_ids)
     }
 }
 
@@ -123,32 +127,31 @@ pub struct ImageStore {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// What a pull run gives every caller that joined it: the record (None when the pull only
+/// fetched) and the pull's figures.
+pub(crate) type PullOutcome = (Option<ImageRecord>, PullReport);
+
 pub(crate) struct Inner {
     pub(crate) config: StoreConfig,
     pub(crate) content: ContentStore,
-    pub(crate) snapshots: PathBuf,
-    pub(crate) records_dir: JsonDir,
-    pub(crate) leases_dir: JsonDir,
-    pub(crate) records: RwLock<HashMap<String, ImageRecord>>,
-    pub(crate) leases: RwLock<HashMap<String, Vec<Digest>>>,
+    pub(crate) snapshots: Snapshots,
+    pub(crate) records: Records,
+    leases: Leases,
     pub(crate) clients: Arc<Clients>,
-    pub(crate) pulls: Singleflight<crate::pull::PullOutcome>,
+    pub(crate) pulls: Singleflight<PullOutcome>,
     /// The pull runs under way and how far each has come.
     pub(crate) progress: Arc<crate::progress::Pulls>,
     /// The registry settings that may change while crius runs (SIGHUP).
-    pub(crate) registry: RwLock<RegistrySettings>,
-    pub(crate) blob_work: Singleflight<u64>,
-    pub(crate) snapshot_work: Singleflight<crate::unpack::UnpackStats>,
-    pub(crate) download_slots: Arc<Semaphore>,
-    pub(crate) unpack_slots: Arc<Semaphore>,
+    registry: RwLock<RegistrySettings>,
+    pub(crate) downloads: Downloads,
     /// Pulls (and the unpacks they started) hold it shared through a [`GateHold`]; garbage
     /// collection takes it exclusively, never waiting, so it never removes what a pull in
     /// progress has fetched but not yet recorded.
-    pub(crate) gc_gate: Arc<tokio::sync::RwLock<()>>,
+    gc_gate: Arc<tokio::sync::RwLock<()>>,
     /// A collection was asked for while the gate was held: the last holder to let go runs it.
-    pub(crate) gc_pending: AtomicBool,
+    gc_pending: AtomicBool,
     /// Bumped whenever blobs or snapshots may have changed; keys the fs usage cache.
-    pub(crate) generation: AtomicU64,
+    generation: AtomicU64,
     usage_cache: Mutex<Option<(u64, Instant, FsUsage)>>,
 }
 
@@ -156,33 +159,16 @@ pub(crate) struct Inner {
 /// store costs a stat per file, and kubelet asks every few seconds.
 const USAGE_CACHE_TTL: Duration = Duration::from_secs(30);
 
-fn poisoned() -> Error {
-    Error::Internal("image store lock poisoned".into())
-}
-
 impl ImageStore {
     /// Opens the store at `config.root`, loading the records and removing what an interrupted
     /// pull left behind.
     pub fn open(config: StoreConfig) -> Result<Self> {
         let root = &config.root;
         let content = ContentStore::open(root)?;
-        let snapshots = root.join("snapshots");
-        std::fs::create_dir_all(&snapshots).map_err(Error::io("create", &snapshots))?;
-        if let Ok(rd) = std::fs::read_dir(&snapshots) {
-            for e in rd.flatten() {
-                if e.file_name().to_string_lossy().starts_with("tmp-") {
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
-            }
-        }
-        let records_dir = JsonDir::open(root.join("images"))?;
-        let leases_dir = JsonDir::open(root.join("leases"))?;
-        let records: HashMap<String, ImageRecord> = records_dir
-            .load_all::<ImageRecord>()?
-            .into_iter()
-            .map(|(_, r)| (r.id.clone(), r))
-            .collect();
-        let leases: HashMap<String, Vec<Digest>> = leases_dir.load_all()?.into_iter().collect();
+        let snapshots =
+            Snapshots::open(root, config.max_concurrent_unpacks, config.sync_snapshots)?;
+        let records = Records::open(root)?;
+        let leases = Leases::open(root)?;
         let registry = RegistrySettings {
             config_dir: config.registry_config_dir.clone(),
             max_concurrent_downloads: config.max_concurrent_downloads.max(1),
@@ -190,21 +176,16 @@ impl ImageStore {
             auth_file: config.auth_file.clone(),
         };
         let inner = Inner {
-            download_slots: Arc::new(Semaphore::new(config.max_concurrent_downloads.max(1))),
-            unpack_slots: Arc::new(Semaphore::new(config.max_concurrent_unpacks.max(1))),
+            downloads: Downloads::new(config.max_concurrent_downloads),
             config,
             content,
             snapshots,
-            records_dir,
-            leases_dir,
-            records: RwLock::new(records),
-            leases: RwLock::new(leases),
+            records,
+            leases,
             clients: Arc::new(Clients::default()),
             pulls: Singleflight::default(),
             progress: Arc::default(),
             registry: RwLock::new(registry),
-            blob_work: Singleflight::default(),
-            snapshot_work: Singleflight::default(),
             gc_gate: Arc::new(tokio::sync::RwLock::new(())),
             gc_pending: AtomicBool::new(false),
             generation: AtomicU64::new(0),
@@ -247,24 +228,9 @@ impl ImageStore {
                 .unwrap_or_else(|e| e.into_inner());
             std::mem::replace(&mut *settings, new.clone())
         };
-        let (was, now) = (old.max_concurrent_downloads, new.max_concurrent_downloads);
-        if now > was {
-            self.inner.download_slots.add_permits(now - was);
-        } else if now < was {
-            // Free slots go at once; the rest as downloads under way end (none is cut short).
-            let slots = &self.inner.download_slots;
-            let busy = (was - now) - slots.forget_permits(was - now);
-            let busy = u32::try_from(busy).unwrap_or(u32::MAX);
-            let runtime = tokio::runtime::Handle::try_current();
-            if let (true, Ok(runtime)) = (busy > 0, runtime) {
-                let slots = slots.clone();
-                runtime.spawn(async move {
-                    if let Ok(permits) = slots.acquire_many(busy).await {
-                        permits.forget();
-                    }
-                });
-            }
-        }
+        self.inner
+            .downloads
+            .set_limit(old.max_concurrent_downloads, new.max_concurrent_downloads);
     }
 
     pub fn content(&self) -> &ContentStore {
@@ -275,35 +241,19 @@ impl ImageStore {
     /// (`busybox`, `repo:tag`, `repo@sha256:…`), or a unique id prefix of 12+ hex characters.
     /// None if no image matches.
     pub fn get(&self, name: &str) -> Result<Option<ImageRecord>> {
-        let records = self.inner.records.read().map_err(|_| poisoned())?;
-        Ok(resolve(&records, name).and_then(|id| records.get(&id).cloned()))
+        self.inner.records.get(name)
     }
 
     /// The first repo tag and the first repo digest of the image whose id is `id`, each if it
     /// has one; None if the image is not here. A status call asks this for every container, so
     /// it copies the two names, not the record.
     pub fn names_of(&self, id: &str) -> Result<Option<(Option<String>, Option<String>)>> {
-        let records = self.inner.records.read().map_err(|_| poisoned())?;
-        Ok(records.get(id).map(|r| {
-            (
-                r.repo_tags.first().cloned(),
-                r.repo_digests.first().cloned(),
-            )
-        }))
+        self.inner.records.names_of(id)
     }
 
     /// All images, or those `filter` names (same forms as [`ImageStore::get`]).
     pub fn list(&self, filter: Option<&str>) -> Result<Vec<ImageRecord>> {
-        let records = self.inner.records.read().map_err(|_| poisoned())?;
-        let mut out: Vec<ImageRecord> = match filter.filter(|f| !f.is_empty()) {
-            None => records.values().cloned().collect(),
-            Some(f) => resolve(&records, f)
-                .and_then(|id| records.get(&id).cloned())
-                .into_iter()
-                .collect(),
-        };
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(out)
+        self.inner.records.list(filter)
     }
 
     /// The image config JSON, as the registry served it (for verbose ImageStatus).
@@ -315,31 +265,14 @@ impl ImageStore {
 
     /// Marks an image pinned or not (kubelet never collects pinned images).
     pub fn set_pinned(&self, name: &str, pinned: bool) -> Result<ImageRecord> {
-        let mut records = self.inner.records.write().map_err(|_| poisoned())?;
-        let id = resolve(&records, name).ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
-        let record = records
-            .get_mut(&id)
-            .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
-        record.pinned = pinned;
-        self.inner.records_dir.save(id_hex(&id), record)?;
-        Ok(record.clone())
+        self.inner.records.set_pinned(name, pinned)
     }
 
     /// Removes the image `name` (id, tag or digest) with all its tags, then frees the blobs
     /// and snapshots nothing else uses. Returns the removed id; None (not an error) if no such
     /// image exists, so removal is idempotent.
     pub async fn remove(&self, name: &str) -> Result<Option<String>> {
-        let removed = {
-            let mut records = self.inner.records.write().map_err(|_| poisoned())?;
-            match resolve(&records, name) {
-                None => None,
-                Some(id) => {
-                    self.inner.records_dir.delete(id_hex(&id))?;
-                    records.remove(&id);
-                    Some(id)
-                }
-            }
-        };
+        let removed = self.inner.records.remove(name)?;
         if removed.is_some() {
             self.gc().await?;
         }
@@ -366,7 +299,9 @@ impl ImageStore {
         let record = self
             .get(name)?
             .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
-        self.inner.lowerdirs_of(&record.chain_ids, &record.id)
+        self.inner
+            .snapshots
+            .lowerdirs(&record.chain_ids, &record.id)
     }
 
     /// Holds the snapshots of image `name` for `holder` (a container id) so that removing the
@@ -375,11 +310,7 @@ impl ImageStore {
         let (dirs, file) = self.lease_deferred(holder, name)?;
         if let Err(e) = file.persist() {
             // Not on disk, so not held.
-            self.inner
-                .leases
-                .write()
-                .map_err(|_| poisoned())?
-                .remove(holder);
+            self.inner.leases.forget(holder)?;
             return Err(e);
         }
         Ok(dirs)
@@ -395,9 +326,11 @@ impl ImageStore {
         let record = self
             .get(name)?
             .ok_or_else(|| Error::ImageNotFound(name.to_string()))?;
-        let dirs = self.inner.lowerdirs_of(&record.chain_ids, &record.id)?;
-        let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
-        leases.insert(holder.to_string(), record.chain_ids.clone());
+        let dirs = self
+            .inner
+            .snapshots
+            .lowerdirs(&record.chain_ids, &record.id)?;
+        self.inner.leases.hold(holder, record.chain_ids.clone())?;
         let file = LeaseFile {
             inner: Arc::clone(&self.inner),
             holder: holder.to_string(),
@@ -408,17 +341,15 @@ impl ImageStore {
 
     /// The lowerdirs a holder's lease keeps, if it has one (e.g. after the image was removed).
     pub fn leased_lowerdirs(&self, holder: &str) -> Result<Option<Vec<PathBuf>>> {
-        let leases = self.inner.leases.read().map_err(|_| poisoned())?;
-        match leases.get(holder) {
+        match self.inner.leases.chains_of(holder)? {
             None => Ok(None),
-            Some(chain) => Ok(Some(self.inner.lowerdirs_of(chain, holder)?)),
+            Some(chain) => Ok(Some(self.inner.snapshots.lowerdirs(&chain, holder)?)),
         }
     }
 
     /// The holders of every lease (container ids, `<id>.vol<i>`).
     pub fn lease_holders(&self) -> Result<Vec<String>> {
-        let leases = self.inner.leases.read().map_err(|_| poisoned())?;
-        Ok(leases.keys().cloned().collect())
+        self.inner.leases.holders()
     }
 
     /// Drops `holder`'s lease (idempotent) and frees what only it kept. The lease file's
@@ -429,25 +360,16 @@ impl ImageStore {
     /// (its image was removed meanwhile): usually the image is still there and there is
     /// nothing to free, and a RemoveContainer need not list the content store.
     pub async fn release(&self, holder: &str) -> Result<()> {
-        check_holder(holder)?;
-        let held = {
-            let mut leases = self.inner.leases.write().map_err(|_| poisoned())?;
-            self.inner.leases_dir.delete_unsynced(holder)?;
-            leases.remove(holder)
-        };
-        let Some(chains) = held else {
+        let Some(chains) = self.inner.leases.release(holder)? else {
             return Ok(());
         };
-        // In the collection's lock order (records, then leases). What changes meanwhile is
+        // In the collection's order (records, then leases). What changes meanwhile is
         // harmless: the collection works out what is referenced again.
-        let freed = {
-            let records = self.inner.records.read().map_err(|_| poisoned())?;
-            let leases = self.inner.leases.read().map_err(|_| poisoned())?;
-            chains.iter().any(|c| {
-                !records.values().any(|r| r.chain_ids.contains(c))
-                    && !leases.values().any(|l| l.contains(c))
-            })
-        };
+        let (_, recorded) = self.inner.records.referenced()?;
+        let leased = self.inner.leases.held_chains()?;
+        let freed = chains
+            .iter()
+            .any(|c| !recorded.contains(c) && !leased.contains(c));
         if freed {
             self.gc().await?;
         }
@@ -471,7 +393,7 @@ impl ImageStore {
             }
         }
         let root = self.inner.config.root.clone();
-        let snapshots = self.inner.snapshots.clone();
+        let snapshots = self.inner.snapshots.dir().to_path_buf();
         let usage = tokio::task::spawn_blocking(move || {
             let mut seen = HashSet::new();
             let mut usage = (0u64, 0u64);
@@ -494,26 +416,26 @@ impl ImageStore {
 }
 
 impl Inner {
-    pub(crate) fn snapshot_dir(&self, chain: &Digest) -> PathBuf {
-        self.snapshots.join(chain.hex())
-    }
-
-    fn lowerdirs_of(&self, chain_ids: &[Digest], image: &str) -> Result<Vec<PathBuf>> {
-        chain_ids
-            .iter()
-            .rev()
-            .map(|c| {
-                let fs = self.snapshot_dir(c).join("fs");
-                if fs.is_dir() {
-                    Ok(fs)
-                } else {
-                    Err(Error::Incomplete {
-                        image: image.to_string(),
-                        reason: format!("snapshot {c} is missing"),
-                    })
-                }
-            })
-            .collect()
+    /// Unpacks the fetched `layer` into the snapshot of `chain` (its diff ID `diff` checked),
+    /// for a pull or an import alike; an unpack that outlives its caller holds the gate.
+    pub(crate) async fn unpack(
+        self: &Arc<Self>,
+        layer: &Descriptor,
+        diff: &Digest,
+        chain: &Digest,
+        stats: &Arc<Stats>,
+    ) -> Result<()> {
+        let this = self.clone();
+        self.snapshots
+            .unpack(
+                self.content.path(&layer.digest),
+                &layer.digest,
+                diff,
+                chain,
+                stats,
+                move || this.hold_gate_now(),
+            )
+            .await
     }
 
     pub(crate) async fn gc(self: Arc<Self>) -> Result<GcStats> {
@@ -522,19 +444,13 @@ impl Inner {
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             return Ok(GcStats::default());
         };
-        let (blobs, chains) = {
-            let records = self.records.read().map_err(|_| poisoned())?;
-            let leases = self.leases.read().map_err(|_| poisoned())?;
-            let blobs: HashSet<Digest> =
-                records.values().flat_map(|r| r.blobs().cloned()).collect();
-            let chains: HashSet<String> = records
-                .values()
-                .flat_map(|r| r.chain_ids.iter())
-                .chain(leases.values().flatten())
-                .map(|c| c.hex().to_string())
-                .collect();
-            (blobs, chains)
-        };
+        let (blobs, recorded) = self.records.referenced()?;
+        let leased = self.leases.held_chains()?;
+        let chains: HashSet<String> = recorded
+            .iter()
+            .chain(leased.iter())
+            .map(|c| c.hex().to_string())
+            .collect();
         let this = self.clone();
         let stats = tokio::task::spawn_blocking(move || -> Result<GcStats> {
             // The sweep keeps the gate even if the caller stops waiting for it.
@@ -546,22 +462,7 @@ impl Inner {
                     stats.blobs_removed += 1;
                 }
             }
-            let rd =
-                std::fs::read_dir(&this.snapshots).map_err(Error::io("list", &this.snapshots))?;
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with("tmp-") || chains.contains(&name) {
-                    continue;
-                }
-                // Rename first so a half-removed snapshot is never mistaken for a complete one.
-                let doomed = this
-                    .snapshots
-                    .join(format!("tmp-rm-{name}-{}", unique_suffix()));
-                std::fs::rename(e.path(), &doomed)
-                    .map_err(Error::io("remove snapshot", e.path()))?;
-                std::fs::remove_dir_all(&doomed).map_err(Error::io("remove snapshot", &doomed))?;
-                stats.snapshots_removed += 1;
-            }
+            stats.snapshots_removed = this.snapshots.sweep(&chains)?;
             Ok(stats)
         })
         .await
@@ -653,68 +554,6 @@ impl Drop for GateHold {
     }
 }
 
-pub(crate) fn id_hex(id: &str) -> &str {
-    id.strip_prefix("sha256:").unwrap_or(id)
-}
-
-fn check_holder(holder: &str) -> Result<()> {
-    let ok = !holder.is_empty()
-        && holder.len() <= 256
-        && !holder.starts_with('.')
-        && holder
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Internal(format!("invalid lease holder {holder:?}")))
-    }
-}
-
-pub(crate) fn is_hex(s: &str) -> bool {
-    s.bytes()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-/// Finds the id of the image `name` refers to.
-fn resolve(records: &HashMap<String, ImageRecord>, name: &str) -> Option<String> {
-    let name = name.trim();
-    if name.is_empty() {
-        return None;
-    }
-    let hex = name.strip_prefix("sha256:").unwrap_or(name);
-    if crate::records::is_image_id(name) {
-        let id = format!("sha256:{hex}");
-        if records.contains_key(&id) {
-            return Some(id);
-        }
-    }
-    if let Ok(reference) = Reference::parse(name) {
-        let found = match reference.digest() {
-            Some(d) => {
-                let wanted = reference.repo_digest(d);
-                records.values().find(|r| r.repo_digests.contains(&wanted))
-            }
-            None => {
-                let wanted = reference.repo_tag();
-                records
-                    .values()
-                    .find(|r| wanted.as_ref().is_some_and(|t| r.repo_tags.contains(t)))
-            }
-        };
-        if let Some(r) = found {
-            return Some(r.id.clone());
-        }
-    }
-    if hex.len() >= 12 && is_hex(hex) {
-        let mut matches = records.keys().filter(|id| id_hex(id).starts_with(hex));
-        if let (Some(one), None) = (matches.next(), matches.next()) {
-            return Some(one.clone());
-        }
-    }
-    None
-}
-
 /// Adds up allocated bytes and inodes under `dir`, counting hard-linked inodes once.
 fn du(dir: &Path, seen: &mut HashSet<(u64, u64)>, usage: &mut (u64, u64)) {
     use std::os::unix::fs::MetadataExt;
@@ -730,73 +569,6 @@ fn du(dir: &Path, seen: &mut HashSet<(u64, u64)>, usage: &mut (u64, u64)) {
         usage.1 += 1;
         if m.is_dir() {
             du(&e.path(), seen, usage);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(hex_char: char, tags: &[&str], digests: &[&str]) -> ImageRecord {
-        let d = Digest::parse(&format!("sha256:{}", hex_char.to_string().repeat(64))).unwrap();
-        ImageRecord {
-            id: d.to_string(),
-            repo_tags: tags.iter().map(|s| s.to_string()).collect(),
-            repo_digests: digests.iter().map(|s| s.to_string()).collect(),
-            size: 1,
-            config_digest: d.clone(),
-            manifest_digest: d.clone(),
-            index_digest: None,
-            layers: vec![],
-            chain_ids: vec![],
-            uid: None,
-            username: String::new(),
-            pinned: false,
-            pulled_at: 0,
-        }
-    }
-
-    #[test]
-    fn name_resolution() {
-        let m = format!("sha256:{}", "9".repeat(64));
-        let a = rec(
-            'a',
-            &["docker.io/library/busybox:latest"],
-            &[&format!("docker.io/library/busybox@{m}")],
-        );
-        let b = rec('b', &["127.0.0.1:5000/x:v1"], &[]);
-        let records: HashMap<_, _> = [(a.id.clone(), a.clone()), (b.id.clone(), b.clone())].into();
-        assert_eq!(resolve(&records, &a.id), Some(a.id.clone()));
-        assert_eq!(resolve(&records, &"a".repeat(64)), Some(a.id.clone()));
-        assert_eq!(resolve(&records, "busybox"), Some(a.id.clone()));
-        assert_eq!(resolve(&records, "busybox:latest"), Some(a.id.clone()));
-        assert_eq!(
-            resolve(&records, "docker.io/library/busybox"),
-            Some(a.id.clone())
-        );
-        assert_eq!(
-            resolve(&records, &format!("busybox@{m}")),
-            Some(a.id.clone())
-        );
-        assert_eq!(resolve(&records, "127.0.0.1:5000/x:v1"), Some(b.id.clone()));
-        assert_eq!(resolve(&records, &"b".repeat(12)), Some(b.id.clone()));
-        assert_eq!(
-            resolve(&records, &"b".repeat(5)),
-            None,
-            "short prefixes are not ids"
-        );
-        assert_eq!(resolve(&records, "127.0.0.1:5000/x:v2"), None);
-        assert_eq!(resolve(&records, "alpine"), None);
-        assert_eq!(resolve(&records, ""), None);
-        assert_eq!(resolve(&records, "NOT A REF"), None);
-    }
-
-    #[test]
-    fn holders() {
-        assert!(check_holder("abc-123_x.y").is_ok());
-        for bad in ["", "../x", "a/b", ".hidden"] {
-            assert!(check_holder(bad).is_err(), "{bad}");
         }
     }
 }

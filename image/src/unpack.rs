@@ -156,6 +156,19 @@ struct DirMeta {
     mtime: SystemTime,
 }
 
+/// An entry's place in the layer and what its header says of it, checked.
+struct Meta {
+    /// The path in the layer.
+    rel: PathBuf,
+    /// The path on disk (`root/rel`).
+    full: PathBuf,
+    uid: u32,
+    gid: u32,
+    /// Permission bits with set-user-ID, set-group-ID and sticky.
+    mode: u32,
+    mtime: SystemTime,
+}
+
 struct Extractor {
     root: PathBuf,
     digest: Digest,
@@ -208,7 +221,56 @@ impl Extractor {
         }
     }
 
+    /// Writes one tar entry into the layer: a whiteout or an opaque marker in overlay's form,
+    /// anything else by its kind. The layer root itself and metadata-only entries make nothing.
     fn entry<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<()> {
+        let Some(meta) = self.place(&entry)? else {
+            return Ok(()); // the layer root itself
+        };
+        let name = meta
+            .rel
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name == OPAQUE_MARKER {
+            return self.opaque(&meta);
+        }
+        if name.starts_with(WHITEOUT_META_PREFIX) {
+            return Ok(()); // aufs bookkeeping (.wh..wh.plnk and the like): nothing for overlay
+        }
+        if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
+            return self.whiteout(&meta, hidden);
+        }
+        let xattrs = pax_xattrs(&mut entry);
+        let kind = entry.header().entry_type();
+        match kind {
+            tar::EntryType::Directory => self.directory(&meta)?,
+            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
+                return self.regular_file(&meta, &mut entry, &xattrs);
+            }
+            tar::EntryType::Symlink => self.symlink(&meta, &entry)?,
+            // The metadata belongs to the inode, already set.
+            tar::EntryType::Link => return self.hard_link(&meta, &entry),
+            tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => {
+                self.device(&meta, entry.header())?
+            }
+            // PAX global headers and other metadata-only entries carry no file.
+            _ => return Ok(()),
+        }
+        for (k, v) in &xattrs {
+            set_xattr(&meta.full, k, v).map_err(|e| self.fail(&meta.rel, "set xattr", e))?;
+        }
+        // A directory's times are set last ([`Extractor::finish_dirs`]).
+        if kind != tar::EntryType::Directory {
+            set_times_nofollow(&meta.full, meta.mtime)
+                .map_err(|e| self.fail(&meta.rel, "set times", e))?;
+        }
+        Ok(())
+    }
+
+    /// The entry's checked path and header fields, its parent directories made; None for the
+    /// layer root.
+    fn place<R: Read>(&mut self, entry: &tar::Entry<'_, R>) -> Result<Option<Meta>> {
         let raw = entry
             .path()
             .map_err(|e| Error::BadLayer {
@@ -218,15 +280,10 @@ impl Extractor {
             .into_owned();
         let rel = match clean_entry_path(&raw) {
             Ok(Some(rel)) => rel,
-            Ok(None) => return Ok(()), // the layer root itself
+            Ok(None) => return Ok(None),
             Err(reason) => return Err(self.refuse(&raw, reason)),
         };
-        let header = entry.header().clone();
-        let kind = header.entry_type();
-        let name = rel
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let header = entry.header();
         // A numeric field that does not parse is a corrupt header: taking it as 0 would make
         // the file root's, or its mode nothing.
         let malformed = |field: &str, e: &dyn std::fmt::Display| {
@@ -240,197 +297,207 @@ impl Extractor {
         let gid = id(header.gid(), "gid")?;
         let mode = header.mode().map_err(|e| malformed("mode", &e))? & 0o7777;
         let mtime = mtime_of(header.mtime().map_err(|e| malformed("mtime", &e))?);
-
         self.ensure_parents(&rel)?;
-        let full = self.root.join(&rel);
+        Ok(Some(Meta {
+            full: self.root.join(&rel),
+            rel,
+            uid,
+            gid,
+            mode,
+            mtime,
+        }))
+    }
 
-        if name == OPAQUE_MARKER {
-            let dir = rel
-                .parent()
-                .map(|p| self.root.join(p))
-                .unwrap_or_else(|| self.root.clone());
-            return set_xattr(&dir, "trusted.overlay.opaque", b"y")
-                .map_err(|e| self.fail(&rel, "mark opaque", e));
+    /// `.wh..wh..opq`: its directory hides what lower layers have in it.
+    fn opaque(&self, meta: &Meta) -> Result<()> {
+        let dir = meta
+            .rel
+            .parent()
+            .map(|p| self.root.join(p))
+            .unwrap_or_else(|| self.root.clone());
+        set_xattr(&dir, "trusted.overlay.opaque", b"y")
+            .map_err(|e| self.fail(&meta.rel, "mark opaque", e))
+    }
+
+    /// `.wh.<name>`: `<name>` is deleted, which overlay reads from a 0/0 character device.
+    fn whiteout(&mut self, meta: &Meta, hidden: &str) -> Result<()> {
+        let rel = &meta.rel;
+        let target = meta.full.with_file_name(hidden);
+        self.remove_existing(&target, false)
+            .map_err(|e| self.fail(rel, "replace", e))?;
+        mknod(&target, libc::S_IFCHR, 0).map_err(|e| self.fail(rel, "whiteout", e))?;
+        std::os::unix::fs::lchown(&target, Some(meta.uid), Some(meta.gid))
+            .map_err(|e| self.fail(rel, "chown", e))
+    }
+
+    /// A directory; one already there stays (with the entry's owner and mode).
+    fn directory(&mut self, meta: &Meta) -> Result<()> {
+        let (rel, full) = (&meta.rel, &meta.full);
+        self.remove_existing(full, true)
+            .map_err(|e| self.fail(rel, "replace", e))?;
+        match std::fs::create_dir(full) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(self.fail(rel, "mkdir", e)),
         }
-        if name.starts_with(WHITEOUT_META_PREFIX) {
-            return Ok(()); // aufs bookkeeping (.wh..wh.plnk and the like): nothing for overlay
+        std::os::unix::fs::lchown(full, Some(meta.uid), Some(meta.gid))
+            .map_err(|e| self.fail(rel, "chown", e))?;
+        std::fs::set_permissions(full, std::fs::Permissions::from_mode(meta.mode))
+            .map_err(|e| self.fail(rel, "chmod", e))?;
+        self.known_dirs.insert(rel.clone());
+        if meta.mode & 0o2000 != 0 {
+            self.setgid_dirs.insert(rel.clone());
         }
-        if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
-            let target = full.with_file_name(hidden);
-            self.remove_existing(&target, false)
-                .map_err(|e| self.fail(&rel, "replace", e))?;
-            mknod(&target, libc::S_IFCHR, 0).map_err(|e| self.fail(&rel, "whiteout", e))?;
-            std::os::unix::fs::lchown(&target, Some(uid), Some(gid))
-                .map_err(|e| self.fail(&rel, "chown", e))?;
+        self.dirs.push(DirMeta {
+            rel: rel.clone(),
+            mtime: meta.mtime,
+        });
+        Ok(())
+    }
+
+    /// A regular file, its content copied from the entry; owner, mode, xattrs and times set
+    /// through its descriptor.
+    fn regular_file<R: Read>(
+        &mut self,
+        meta: &Meta,
+        entry: &mut tar::Entry<'_, R>,
+        xattrs: &[(String, Vec<u8>)],
+    ) -> Result<()> {
+        let (rel, full) = (&meta.rel, &meta.full);
+        let create = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(full)
+        };
+        // Most paths are new: try first, clear the way only when something is there.
+        let mut f = match create() {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                self.remove_existing(full, false)
+                    .map_err(|e| self.fail(rel, "replace", e))?;
+                create()
+            }
+            other => other,
+        }
+        .map_err(|e| self.fail(rel, "create", e))?;
+        loop {
+            let n = entry
+                .read(&mut self.buf)
+                .map_err(|e| self.fail(rel, "read", e))?;
+            if n == 0 {
+                break;
+            }
+            f.write_all(&self.buf[..n])
+                .map_err(|e| self.fail(rel, "write", e))?;
+        }
+        let in_setgid_dir = rel.parent().is_some_and(|p| self.setgid_dirs.contains(p));
+        if (meta.uid, meta.gid) != self.ids || in_setgid_dir {
+            std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))
+                .map_err(|e| self.fail(rel, "chown", e))?;
+        }
+        f.set_permissions(std::fs::Permissions::from_mode(meta.mode))
+            .map_err(|e| self.fail(rel, "chmod", e))?;
+        for (k, v) in xattrs {
+            set_xattr(full, k, v).map_err(|e| self.fail(rel, "set xattr", e))?;
+        }
+        f.set_times(
+            std::fs::FileTimes::new()
+                .set_modified(meta.mtime)
+                .set_accessed(meta.mtime),
+        )
+        .map_err(|e| self.fail(rel, "set times", e))
+    }
+
+    /// A symbolic link; its target is not looked at (nothing is written through it).
+    fn symlink<R: Read>(&mut self, meta: &Meta, entry: &tar::Entry<'_, R>) -> Result<()> {
+        let rel = &meta.rel;
+        let target = entry
+            .link_name()
+            .ok()
+            .flatten()
+            .ok_or_else(|| self.refuse(rel, "symlink without target"))?
+            .into_owned();
+        self.remove_existing(&meta.full, false)
+            .map_err(|e| self.fail(rel, "replace", e))?;
+        std::os::unix::fs::symlink(&target, &meta.full)
+            .map_err(|e| self.fail(rel, "symlink", e))?;
+        std::os::unix::fs::lchown(&meta.full, Some(meta.uid), Some(meta.gid))
+            .map_err(|e| self.fail(rel, "chown", e))
+    }
+
+    /// A hard link to a file of this layer, reached through real directories only.
+    fn hard_link<R: Read>(&mut self, meta: &Meta, entry: &tar::Entry<'_, R>) -> Result<()> {
+        let (rel, full) = (&meta.rel, &meta.full);
+        let raw_target = entry
+            .link_name()
+            .ok()
+            .flatten()
+            .ok_or_else(|| self.refuse(rel, "hard link without target"))?
+            .into_owned();
+        let target = match clean_entry_path(&raw_target) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Err(self.refuse(rel, "hard link to the layer root")),
+            Err(reason) => {
+                return Err(self.refuse(
+                    rel,
+                    format!("hard link target {}: {reason}", raw_target.display()),
+                ))
+            }
+        };
+        self.check_parents(&target).map_err(|reason| {
+            self.refuse(
+                rel,
+                format!("hard link target {}: {reason}", target.display()),
+            )
+        })?;
+        let target_full = self.root.join(&target);
+        match std::fs::symlink_metadata(&target_full) {
+            Ok(m) if !m.is_dir() => {}
+            Ok(_) => return Err(self.refuse(rel, "hard link to a directory")),
+            Err(e) => {
+                return Err(self.fail(rel, &format!("hard link target {}", target.display()), e))
+            }
+        }
+        if &target_full == full {
             return Ok(());
         }
+        self.remove_existing(full, false)
+            .map_err(|e| self.fail(rel, "replace", e))?;
+        std::fs::hard_link(&target_full, full).map_err(|e| self.fail(rel, "hard link", e))
+    }
 
-        let xattrs = pax_xattrs(&mut entry);
-        match kind {
-            tar::EntryType::Directory => {
-                self.remove_existing(&full, true)
-                    .map_err(|e| self.fail(&rel, "replace", e))?;
-                match std::fs::create_dir(&full) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(self.fail(&rel, "mkdir", e)),
-                }
-                std::os::unix::fs::lchown(&full, Some(uid), Some(gid))
-                    .map_err(|e| self.fail(&rel, "chown", e))?;
-                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| self.fail(&rel, "chmod", e))?;
-                self.known_dirs.insert(rel.clone());
-                if mode & 0o2000 != 0 {
-                    self.setgid_dirs.insert(rel.clone());
-                }
-                self.dirs.push(DirMeta {
-                    rel: rel.clone(),
-                    mtime,
-                });
-            }
-            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
-                let create = || {
-                    OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o600)
-                        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                        .open(&full)
+    /// A character or block device (its numbers from the header) or a FIFO.
+    fn device(&mut self, meta: &Meta, header: &tar::Header) -> Result<()> {
+        let (rel, full) = (&meta.rel, &meta.full);
+        let kind = header.entry_type();
+        self.remove_existing(full, false)
+            .map_err(|e| self.fail(rel, "replace", e))?;
+        let (fmt, dev) = match kind {
+            tar::EntryType::Fifo => (libc::S_IFIFO, 0),
+            _ => {
+                let major = header
+                    .device_major()
+                    .map_err(|e| self.fail(rel, "device major of", e))?
+                    .unwrap_or(0);
+                let minor = header
+                    .device_minor()
+                    .map_err(|e| self.fail(rel, "device minor of", e))?
+                    .unwrap_or(0);
+                let fmt = if kind == tar::EntryType::Char {
+                    libc::S_IFCHR
+                } else {
+                    libc::S_IFBLK
                 };
-                // Most paths are new: try first, clear the way only when something is there.
-                let mut f = match create() {
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                        self.remove_existing(&full, false)
-                            .map_err(|e| self.fail(&rel, "replace", e))?;
-                        create()
-                    }
-                    other => other,
-                }
-                .map_err(|e| self.fail(&rel, "create", e))?;
-                loop {
-                    let n = entry
-                        .read(&mut self.buf)
-                        .map_err(|e| self.fail(&rel, "read", e))?;
-                    if n == 0 {
-                        break;
-                    }
-                    f.write_all(&self.buf[..n])
-                        .map_err(|e| self.fail(&rel, "write", e))?;
-                }
-                let in_setgid_dir = rel.parent().is_some_and(|p| self.setgid_dirs.contains(p));
-                if (uid, gid) != self.ids || in_setgid_dir {
-                    std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
-                        .map_err(|e| self.fail(&rel, "chown", e))?;
-                }
-                f.set_permissions(std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| self.fail(&rel, "chmod", e))?;
-                for (k, v) in &xattrs {
-                    set_xattr(&full, k, v).map_err(|e| self.fail(&rel, "set xattr", e))?;
-                }
-                f.set_times(
-                    std::fs::FileTimes::new()
-                        .set_modified(mtime)
-                        .set_accessed(mtime),
-                )
-                .map_err(|e| self.fail(&rel, "set times", e))?;
-                return Ok(());
+                (fmt, libc::makedev(major, minor))
             }
-            tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name()
-                    .ok()
-                    .flatten()
-                    .ok_or_else(|| self.refuse(&rel, "symlink without target"))?
-                    .into_owned();
-                self.remove_existing(&full, false)
-                    .map_err(|e| self.fail(&rel, "replace", e))?;
-                std::os::unix::fs::symlink(&target, &full)
-                    .map_err(|e| self.fail(&rel, "symlink", e))?;
-                std::os::unix::fs::lchown(&full, Some(uid), Some(gid))
-                    .map_err(|e| self.fail(&rel, "chown", e))?;
-            }
-            tar::EntryType::Link => {
-                let raw_target = entry
-                    .link_name()
-                    .ok()
-                    .flatten()
-                    .ok_or_else(|| self.refuse(&rel, "hard link without target"))?
-                    .into_owned();
-                let target = match clean_entry_path(&raw_target) {
-                    Ok(Some(t)) => t,
-                    Ok(None) => return Err(self.refuse(&rel, "hard link to the layer root")),
-                    Err(reason) => {
-                        return Err(self.refuse(
-                            &rel,
-                            format!("hard link target {}: {reason}", raw_target.display()),
-                        ))
-                    }
-                };
-                self.check_parents(&target).map_err(|reason| {
-                    self.refuse(
-                        &rel,
-                        format!("hard link target {}: {reason}", target.display()),
-                    )
-                })?;
-                let target_full = self.root.join(&target);
-                match std::fs::symlink_metadata(&target_full) {
-                    Ok(m) if !m.is_dir() => {}
-                    Ok(_) => return Err(self.refuse(&rel, "hard link to a directory")),
-                    Err(e) => {
-                        return Err(self.fail(
-                            &rel,
-                            &format!("hard link target {}", target.display()),
-                            e,
-                        ))
-                    }
-                }
-                if target_full == full {
-                    return Ok(());
-                }
-                self.remove_existing(&full, false)
-                    .map_err(|e| self.fail(&rel, "replace", e))?;
-                std::fs::hard_link(&target_full, &full)
-                    .map_err(|e| self.fail(&rel, "hard link", e))?;
-                return Ok(()); // metadata belongs to the inode, already set
-            }
-            tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => {
-                self.remove_existing(&full, false)
-                    .map_err(|e| self.fail(&rel, "replace", e))?;
-                let (fmt, dev) = match kind {
-                    tar::EntryType::Fifo => (libc::S_IFIFO, 0),
-                    _ => {
-                        let major = header
-                            .device_major()
-                            .map_err(|e| self.fail(&rel, "device major of", e))?
-                            .unwrap_or(0);
-                        let minor = header
-                            .device_minor()
-                            .map_err(|e| self.fail(&rel, "device minor of", e))?
-                            .unwrap_or(0);
-                        let fmt = if kind == tar::EntryType::Char {
-                            libc::S_IFCHR
-                        } else {
-                            libc::S_IFBLK
-                        };
-                        (fmt, libc::makedev(major, minor))
-                    }
-                };
-                mknod(&full, fmt | mode, dev).map_err(|e| self.fail(&rel, "mknod", e))?;
-                std::os::unix::fs::lchown(&full, Some(uid), Some(gid))
-                    .map_err(|e| self.fail(&rel, "chown", e))?;
-                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| self.fail(&rel, "chmod", e))?;
-            }
-            // PAX global headers and other metadata-only entries carry no file.
-            _ => return Ok(()),
-        }
-        for (k, v) in &xattrs {
-            set_xattr(&full, k, v).map_err(|e| self.fail(&rel, "set xattr", e))?;
-        }
-        if kind != tar::EntryType::Directory {
-            set_times_nofollow(&full, mtime).map_err(|e| self.fail(&rel, "set times", e))?;
-        }
-        Ok(())
+        };
+        mknod(full, fmt | meta.mode, dev).map_err(|e| self.fail(rel, "mknod", e))?;
+        std::os::unix::fs::lchown(full, Some(meta.uid), Some(meta.gid))
+            .map_err(|e| self.fail(rel, "chown", e))?;
+        std::fs::set_permissions(full, std::fs::Permissions::from_mode(meta.mode))
+            .map_err(|e| self.fail(rel, "chmod", e))
     }
 
     /// Makes sure every parent of `rel` is a real directory, creating missing ones.

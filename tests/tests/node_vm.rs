@@ -374,16 +374,7 @@ async fn pod_lifecycle(guest: &Guest, c: &mut Client, image: &str, driver: &str)
     })
     .await
     .unwrap_or_else(|s| panic!("RemoveContainer ({driver}): {s:?}"));
-    c.rt.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.clone(),
-    })
-    .await
-    .unwrap_or_else(|s| panic!("StopPodSandbox ({driver}): {s:?}\n{}", journal(guest)));
-    c.rt.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: pod.clone(),
-    })
-    .await
-    .unwrap_or_else(|s| panic!("RemovePodSandbox ({driver}): {s:?}\n{}", journal(guest)));
+    remove_pod(guest, c, &pod).await;
 
     let pods =
         c.rt.list_pod_sandbox(ListPodSandboxRequest::default())
@@ -408,6 +399,20 @@ async fn pod_lifecycle(guest: &Guest, c: &mut Client, image: &str, driver: &str)
 fn journal(guest: &Guest) -> String {
     let out = guest.node_vm(&["ssh", "journalctl -u crius --no-pager -n 40"]);
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// StopPodSandbox, then RemovePodSandbox, of `pod`: a panic with the journal if either fails.
+async fn remove_pod(guest: &Guest, c: &mut Client, pod: &str) {
+    c.rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.into(),
+    })
+    .await
+    .unwrap_or_else(|s| panic!("StopPodSandbox {pod}: {s:?}\n{}", journal(guest)));
+    c.rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod.into(),
+    })
+    .await
+    .unwrap_or_else(|s| panic!("RemovePodSandbox {pod}: {s:?}\n{}", journal(guest)));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -607,16 +612,7 @@ async fn reboots(guest: &Guest, image: &str, registry_port: u16) {
 
     // kubelet removes what it no longer wants: everything.
     for (pod, _) in first.iter().chain(&second).chain(&third) {
-        c.rt.stop_pod_sandbox(StopPodSandboxRequest {
-            pod_sandbox_id: pod.clone(),
-        })
-        .await
-        .unwrap_or_else(|s| panic!("StopPodSandbox {pod}: {s:?}\n{}", journal(guest)));
-        c.rt.remove_pod_sandbox(RemovePodSandboxRequest {
-            pod_sandbox_id: pod.clone(),
-        })
-        .await
-        .unwrap_or_else(|s| panic!("RemovePodSandbox {pod}: {s:?}\n{}", journal(guest)));
+        remove_pod(guest, &mut c, pod).await;
     }
     let containers =
         c.rt.list_containers(ListContainersRequest::default())
@@ -1213,9 +1209,9 @@ async fn power_loss_during_a_burst_of_calls() {
                 ))
             })
             .collect();
-        // A different moment of the burst each round, 1 to 25 s in (under TCG the 20 pods
-        // take about half a minute).
-        let cut = Duration::from_millis(1_000 + (round * 4_700) % 24_000);
+        // A different moment of the burst each round, 1 to 28 s in (under TCG the 20 pods
+        // are up about 20 s in, their containers after that).
+        let cut = Duration::from_millis(1_000 + (round * 3_000) % 30_000);
         tokio::time::sleep(cut).await;
         guest.power_cycle(port);
         for w in workers {
@@ -1295,16 +1291,7 @@ async fn after_power_loss(guest: &Guest, c: &mut Client, acked: &[Acked]) -> Str
         }
     }
     for p in &pods {
-        c.rt.stop_pod_sandbox(StopPodSandboxRequest {
-            pod_sandbox_id: p.id.clone(),
-        })
-        .await
-        .unwrap_or_else(|s| panic!("StopPodSandbox {}: {s:?}\n{}", p.id, journal(guest)));
-        c.rt.remove_pod_sandbox(RemovePodSandboxRequest {
-            pod_sandbox_id: p.id.clone(),
-        })
-        .await
-        .unwrap_or_else(|s| panic!("RemovePodSandbox {}: {s:?}\n{}", p.id, journal(guest)));
+        remove_pod(guest, c, &p.id).await;
     }
     // Interrupted creates are removed in the background after the boot: given a minute.
     let left = until_empty(

@@ -175,14 +175,15 @@ cargo-deny: check-rust
 NODE_VM_PACKAGES := debootstrap debian-archive-keyring e2fsprogs qemu-system-x86 qemu-utils \
                     openssh-client socat python3
 # POWER_LOSS: rounds of node_vm.rs's power loss during a burst of calls (qemu killed, booted
-# again; about a minute each under TCG), run by test-node only.
+# again; about a minute each under TCG), run by test-node only, as is the package upgrade and
+# downgrade with 20 pods running.
 POWER_LOSS ?= 10
 DEBUG_DEB := target/node-vm/crius-debug.deb
 NODE_DEB  ?= $(DEBUG_DEB)
 CRITEST   ?=
 
 test-node: deps-test node-vm-deps build node-vm-image $(if $(filter $(DEBUG_DEB),$(NODE_DEB)),node-vm-deb)
-	CRIUS_NODE_DEB=$(abspath $(NODE_DEB)) CRIUS_NODE_VM_POWER_LOSS=$(POWER_LOSS) \
+	CRIUS_NODE_DEB=$(abspath $(NODE_DEB)) CRIUS_NODE_VM_POWER_LOSS=$(POWER_LOSS) CRIUS_NODE_VM_UPGRADE=1 \
 	  $(TEST_ENV) $(TEST_CARGO) --test node_vm -- --nocapture --test-threads 1
 	$(if $(CRITEST),for driver in cgroupfs systemd; do \
 	  CRIUS_NODE_VM_CGROUP_DRIVER=$$driver ./contrib/node-vm/critest $(abspath $(CRITEST)) \

@@ -1315,3 +1315,220 @@ async fn after_power_loss(guest: &Guest, c: &mut Client, acked: &[Acked]) -> Str
         containers.len()
     )
 }
+
+/// The version dpkg has of crius in the guest.
+fn installed_version(guest: &Guest) -> String {
+    guest
+        .sh("dpkg-query -W -f '${Version}' crius")
+        .trim()
+        .to_string()
+}
+
+/// The pid of crius's main process, as systemd knows it.
+fn crius_pid(guest: &Guest) -> String {
+    guest
+        .sh("systemctl show -P MainPID crius")
+        .trim()
+        .to_string()
+}
+
+/// The numbers a counting container wrote to its CRI log (`<ts> stdout F line N`), in order.
+fn logged_numbers(guest: &Guest, pod: &str, name: &str) -> Vec<u64> {
+    let log = guest.sh(&format!(
+        "cat /var/log/pods/crius-node_{pod}_uid-{pod}/{name}/0.log"
+    ));
+    log.lines()
+        .filter_map(|l| {
+            l.rsplit_once("line ")
+                .and_then(|(_, n)| n.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// What a package upgrade (and a downgrade back) does to a node's running work
+/// (`CRIUS_NODE_VM_UPGRADE=1`, set by `make test-node`; with `CRIUS_NODE_DEB` as for the
+/// smoke): 20 pods run a container each that writes a numbered log line five times a second,
+/// an ExecSync is in flight, and the package is installed with apt over itself at a newer
+/// version (the same files, repackaged), then the older one again. Each time the postinst
+/// restarts crius (a new main pid, the package's version), no container restarts (same init
+/// pid and start time, still running), the logs have every number once and in order, the
+/// ExecSync in flight ends with an answer or a clean Unavailable, a new one works, and after
+/// every pod is removed nothing is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn package_upgrade_and_downgrade_keep_pods_running() {
+    let (Some(deb), Some(_)) = (
+        std::env::var_os("CRIUS_NODE_DEB"),
+        std::env::var_os("CRIUS_NODE_VM_UPGRADE"),
+    ) else {
+        eprintln!("skipped: set CRIUS_NODE_VM_UPGRADE=1 and CRIUS_NODE_DEB");
+        return;
+    };
+    let registry = Registry::start().unwrap();
+    let pushed = images::push(&registry, TestImage::Busybox).unwrap();
+    let port = registry.port();
+    let guest_registry = format!("{GUEST_REGISTRY}:{port}");
+    let image = pushed
+        .reference
+        .replace(&registry.host_port(), &guest_registry);
+    let guest = Guest::start(port);
+    guest.copy(Path::new(&deb), "/root/crius.deb");
+    guest.sh(&format!(
+        "dpkg -i /root/crius.deb >/dev/null && mkdir -p /etc/crius/certs.d/{guest_registry} && \
+         printf 'server = \"http://{guest_registry}\"\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml && \
+         sed -i 's/^driver = .*/driver = \"systemd\"/' /etc/crius/config.toml && \
+         systemctl restart crius && systemctl is-active crius"
+    ));
+    // The newer package: the same files at a higher version, as a point release would be.
+    let older = installed_version(&guest);
+    let newer = format!("{older}+upgrade1");
+    guest.sh(&format!(
+        "rm -rf /root/up && dpkg-deb -R /root/crius.deb /root/up && \
+         sed -i 's/^Version: .*/Version: {newer}/' /root/up/DEBIAN/control && \
+         dpkg-deb -b /root/up /root/crius-newer.deb >/dev/null && rm -rf /root/up"
+    ));
+
+    let mut c = guest.crius("upgrade").await;
+    c.image
+        .pull_image(PullImageRequest {
+            image: Some(ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|s| panic!("PullImage: {s:?}\n{}", journal(&guest)));
+    let started = Instant::now();
+    let counter = "i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2; done";
+    let mut running = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (mut rt, image) = (c.rt.clone(), image.clone());
+        tasks.push(tokio::spawn(async move {
+            let name = format!("up-{i}");
+            let config = pod_config(&name);
+            let pod = rt
+                .run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(config.clone()),
+                    runtime_handler: String::new(),
+                })
+                .await?
+                .into_inner()
+                .pod_sandbox_id;
+            let id = rt
+                .create_container(CreateContainerRequest {
+                    pod_sandbox_id: pod.clone(),
+                    config: Some(container_config("count", &image, &["sh", "-c", counter])),
+                    sandbox_config: Some(config),
+                })
+                .await?
+                .into_inner()
+                .container_id;
+            rt.start_container(StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await?;
+            Ok::<_, tonic::Status>((name, pod, id))
+        }));
+    }
+    for t in tasks {
+        running.push(
+            t.await
+                .unwrap()
+                .unwrap_or_else(|s| panic!("a pod of the 20: {s:?}\n{}", journal(&guest))),
+        );
+    }
+    eprintln!("node vm: 20 pods up in {:.1?}", started.elapsed());
+    let mut before = Vec::new();
+    for (_, _, id) in &running {
+        let s = container_status(&mut c, id).await;
+        before.push((init_pid(&mut c, id).await, s.started_at));
+    }
+
+    for (step, package, version) in [
+        ("upgrade", "/root/crius-newer.deb", newer.as_str()),
+        ("downgrade", "/root/crius.deb", older.as_str()),
+    ] {
+        let pid = crius_pid(&guest);
+        let (_, _, first) = &running[0];
+        let mut rt = c.rt.clone();
+        let in_flight_id = first.clone();
+        let in_flight = tokio::spawn(async move {
+            rt.exec_sync(ExecSyncRequest {
+                container_id: in_flight_id,
+                cmd: vec!["sh".into(), "-c".into(), "sleep 8; echo done".into()],
+                timeout: 60,
+            })
+            .await
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let took = Instant::now();
+        guest.sh(&format!(
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --allow-downgrades \
+             {package} >/dev/null"
+        ));
+        wait_active(&guest);
+        eprintln!("node vm: {step} to {version} in {:.1?}", took.elapsed());
+        assert_eq!(installed_version(&guest), version);
+        assert_ne!(
+            crius_pid(&guest),
+            pid,
+            "{step}: the postinst restarted crius"
+        );
+        // The old crius's connection goes with it: an answer, or the transport's end.
+        match in_flight.await.unwrap() {
+            Ok(out) => assert_eq!(String::from_utf8_lossy(&out.into_inner().stdout), "done\n"),
+            Err(s) => {
+                assert!(
+                    matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown),
+                    "{step}: ExecSync in flight: {s:?}"
+                );
+                eprintln!(
+                    "node vm: {step}: the ExecSync in flight ended with {:?}",
+                    s.code()
+                );
+            }
+        }
+        drop(c);
+        c = guest.crius(&format!("after-{step}")).await;
+        for ((name, _, id), (pid, started_at)) in running.iter().zip(&before) {
+            let s = container_status(&mut c, id).await;
+            assert_eq!(
+                s.state,
+                ContainerState::ContainerRunning as i32,
+                "{step}: {s:?}"
+            );
+            assert_eq!(s.started_at, *started_at, "{step}: {name} restarted");
+            assert_eq!(init_pid(&mut c, id).await, *pid, "{step}: {name} restarted");
+        }
+        let (code, out, _) = exec_sh(&mut c, first, "echo still here").await;
+        assert_eq!((code, out.as_str()), (0, "still here\n"), "{step}");
+    }
+    // Every line once, in order, across both restarts.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (name, pod, _) in &running {
+        let numbers = logged_numbers(&guest, name, "count");
+        assert!(numbers.len() > 20, "{name}: {} lines", numbers.len());
+        let expected: Vec<u64> = (0..numbers.len() as u64).collect();
+        assert_eq!(
+            numbers, expected,
+            "{name} ({pod}): a gap or a repeat in its log"
+        );
+    }
+    for (_, pod, _) in &running {
+        remove_pod(&guest, &mut c, pod).await;
+    }
+    let left = until_empty(
+        &guest,
+        &format!(
+            "{NETWORK_HELD}; cd /var/lib/crius && ls -d containers/* leases/* 2>/dev/null; \
+             systemctl list-units --all --plain --no-legend 'crius-*'; true"
+        ),
+    );
+    assert_eq!(
+        left.trim(),
+        "",
+        "left behind after the pods\n{}",
+        journal(&guest)
+    );
+}

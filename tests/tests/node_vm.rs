@@ -42,9 +42,16 @@ impl Guest {
             script: repo_dir().join("contrib/node-vm/node-vm"),
             dir: TestDir::new("node-vm").unwrap(),
         };
+        let took = guest.boot(registry_port);
+        eprintln!("node vm: booted in {took:.1?}");
+        guest
+    }
+
+    /// `node-vm start` of this guest's directory: how long the boot took.
+    fn boot(&self, registry_port: u16) -> Duration {
         let started = Instant::now();
-        let out = Command::new(&guest.script)
-            .args(["start", guest.dir.path().to_str().unwrap()])
+        let out = Command::new(&self.script)
+            .args(["start", self.dir.path().to_str().unwrap()])
             .arg(registry_port.to_string())
             // A test killed before its drop leaves no guest for longer than this.
             .env("CRIUS_NODE_VM_LIFETIME", GUEST_LIFETIME_SECS.to_string())
@@ -56,8 +63,7 @@ impl Guest {
             "node-vm start: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        eprintln!("node vm: booted in {:.1?}", started.elapsed());
-        guest
+        started.elapsed()
     }
 
     /// A power loss and the next boot: qemu killed, then the same disk booted again.
@@ -68,23 +74,8 @@ impl Guest {
             "node-vm kill: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let started = Instant::now();
-        let out = Command::new(&self.script)
-            .args(["start", self.dir.path().to_str().unwrap()])
-            .arg(registry_port.to_string())
-            .env("CRIUS_NODE_VM_LIFETIME", GUEST_LIFETIME_SECS.to_string())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "node-vm start after a kill: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        eprintln!(
-            "node vm: booted again after a power loss in {:.1?}",
-            started.elapsed()
-        );
+        let took = self.boot(registry_port);
+        eprintln!("node vm: booted again after a power loss in {took:.1?}");
     }
 
     /// A clean `systemctl reboot`; returns once the guest answers from its new boot.
@@ -1080,6 +1071,28 @@ async fn bench_pod_start_against_containerd() {
     }
 }
 
+/// A host registry with the busybox test image, and a guest with package `deb` installed and
+/// crius running with the systemd driver, pulling from that registry: (the registry, the
+/// image as the guest names it, the guest, the registry's port).
+fn systemd_node(deb: &std::ffi::OsStr) -> (Registry, String, Guest, u16) {
+    let registry = Registry::start().unwrap();
+    let pushed = images::push(&registry, TestImage::Busybox).unwrap();
+    let port = registry.port();
+    let guest_registry = format!("{GUEST_REGISTRY}:{port}");
+    let image = pushed
+        .reference
+        .replace(&registry.host_port(), &guest_registry);
+    let guest = Guest::start(port);
+    guest.copy(Path::new(&deb), "/root/crius.deb");
+    guest.sh(&format!(
+        "dpkg -i /root/crius.deb >/dev/null && mkdir -p /etc/crius/certs.d/{guest_registry} && \
+         printf 'server = \"http://{guest_registry}\"\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml && \
+         sed -i 's/^driver = .*/driver = \"systemd\"/' /etc/crius/config.toml && \
+         systemctl restart crius && systemctl is-active crius"
+    ));
+    (registry, image, guest, port)
+}
+
 /// What one call of a power-loss burst was answered before the power went.
 #[derive(Debug, Default, Clone)]
 struct Acked {
@@ -1163,21 +1176,7 @@ async fn power_loss_during_a_burst_of_calls() {
         eprintln!("skipped: set CRIUS_NODE_VM_POWER_LOSS=<rounds> and CRIUS_NODE_DEB");
         return;
     };
-    let registry = Registry::start().unwrap();
-    let pushed = images::push(&registry, TestImage::Busybox).unwrap();
-    let port = registry.port();
-    let guest_registry = format!("{GUEST_REGISTRY}:{port}");
-    let image = pushed
-        .reference
-        .replace(&registry.host_port(), &guest_registry);
-    let guest = Guest::start(port);
-    guest.copy(Path::new(&deb), "/root/crius.deb");
-    guest.sh(&format!(
-        "dpkg -i /root/crius.deb >/dev/null && mkdir -p /etc/crius/certs.d/{guest_registry} && \
-         printf 'server = \"http://{guest_registry}\"\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml && \
-         sed -i 's/^driver = .*/driver = \"systemd\"/' /etc/crius/config.toml && \
-         systemctl restart crius && systemctl is-active crius"
-    ));
+    let (_registry, image, guest, port) = systemd_node(&deb);
     let mut pulled = false;
     for round in 0..rounds {
         let mut c = guest.crius(&format!("burst-{round}")).await;
@@ -1363,21 +1362,7 @@ async fn package_upgrade_and_downgrade_keep_pods_running() {
         eprintln!("skipped: set CRIUS_NODE_VM_UPGRADE=1 and CRIUS_NODE_DEB");
         return;
     };
-    let registry = Registry::start().unwrap();
-    let pushed = images::push(&registry, TestImage::Busybox).unwrap();
-    let port = registry.port();
-    let guest_registry = format!("{GUEST_REGISTRY}:{port}");
-    let image = pushed
-        .reference
-        .replace(&registry.host_port(), &guest_registry);
-    let guest = Guest::start(port);
-    guest.copy(Path::new(&deb), "/root/crius.deb");
-    guest.sh(&format!(
-        "dpkg -i /root/crius.deb >/dev/null && mkdir -p /etc/crius/certs.d/{guest_registry} && \
-         printf 'server = \"http://{guest_registry}\"\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml && \
-         sed -i 's/^driver = .*/driver = \"systemd\"/' /etc/crius/config.toml && \
-         systemctl restart crius && systemctl is-active crius"
-    ));
+    let (_registry, image, guest, _) = systemd_node(&deb);
     // The newer package: the same files at a higher version, as a point release would be.
     let older = installed_version(&guest);
     let newer = format!("{older}+upgrade1");

@@ -69,8 +69,7 @@ pub(crate) fn release_all_blank<'a>(
                 .to_str()
                 .is_some_and(|n| n.parse::<std::net::IpAddr>().is_ok());
             let path = entry.path();
-            let blank = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() == 0);
-            if is_address && blank && std::fs::remove_file(&path).is_ok() {
+            if is_address && remove_if_blank(&path) {
                 removed.push(path);
             }
         }
@@ -95,12 +94,17 @@ fn reservation_files(list: &NetworkConfigList, result: &AddResult) -> Vec<PathBu
 pub(crate) fn release_blank(list: &NetworkConfigList, result: &AddResult) -> Vec<PathBuf> {
     let mut removed = Vec::new();
     for file in reservation_files(list, result) {
-        let blank = std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file() && m.len() == 0);
-        if blank && std::fs::remove_file(&file).is_ok() {
+        if remove_if_blank(&file) {
             removed.push(file);
         }
     }
     removed
+}
+
+/// Removes `path` if it is an empty regular file (not a link): whether it did.
+fn remove_if_blank(path: &Path) -> bool {
+    let blank = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0);
+    blank && std::fs::remove_file(path).is_ok()
 }
 
 #[cfg(test)]

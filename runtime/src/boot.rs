@@ -51,10 +51,10 @@ impl Boot {
         self.previous.as_ref().is_some_and(|p| *p != self.current)
     }
 
-    /// What a container that ran in the earlier boot is told about its end.
+    /// What a container of the earlier boot (created or running) is told about its end.
     pub fn message(&self) -> String {
         format!(
-            "the node restarted while the container ran (boot {} ended; this is boot {})",
+            "the node restarted (boot {} ended; this is boot {})",
             self.previous.as_deref().unwrap_or("unknown"),
             self.current
         )

@@ -262,19 +262,7 @@ async fn pod_lifecycle(guest: &Guest, c: &mut Client, image: &str, driver: &str)
     let ip = status.network.unwrap().ip;
     assert!(ip.starts_with("10."), "pod ip {ip:?}");
 
-    let image_ref = c
-        .image
-        .pull_image(PullImageRequest {
-            image: Some(ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|s| panic!("PullImage {image}: {s:?}\n{}", journal(guest)))
-        .into_inner()
-        .image_ref;
+    let image_ref = pull(guest, c, image).await;
     assert!(image_ref.starts_with("sha256:"), "{image_ref}");
 
     let container = container_config(
@@ -390,6 +378,22 @@ async fn pod_lifecycle(guest: &Guest, c: &mut Client, image: &str, driver: &str)
 fn journal(guest: &Guest) -> String {
     let out = guest.node_vm(&["ssh", "journalctl -u crius --no-pager -n 40"]);
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// PullImage of `image`: its image ref, or a panic with the journal.
+async fn pull(guest: &Guest, c: &mut Client, image: &str) -> String {
+    c.image
+        .pull_image(PullImageRequest {
+            image: Some(ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|s| panic!("PullImage {image}: {s:?}\n{}", journal(guest)))
+        .into_inner()
+        .image_ref
 }
 
 /// StopPodSandbox, then RemovePodSandbox, of `pod`: a panic with the journal if either fails.
@@ -1177,22 +1181,9 @@ async fn power_loss_during_a_burst_of_calls() {
         return;
     };
     let (_registry, image, guest, port) = systemd_node(&deb);
-    let mut pulled = false;
+    pull(&guest, &mut guest.crius("pull").await, &image).await;
     for round in 0..rounds {
-        let mut c = guest.crius(&format!("burst-{round}")).await;
-        if !pulled {
-            c.image
-                .pull_image(PullImageRequest {
-                    image: Some(ImageSpec {
-                        image: image.clone(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                })
-                .await
-                .unwrap_or_else(|s| panic!("PullImage: {s:?}\n{}", journal(&guest)));
-            pulled = true;
-        }
+        let c = guest.crius(&format!("burst-{round}")).await;
         let acked: Vec<_> = (0..20)
             .map(|_| std::sync::Arc::new(std::sync::Mutex::new(Acked::default())))
             .collect();
@@ -1373,16 +1364,7 @@ async fn package_upgrade_and_downgrade_keep_pods_running() {
     ));
 
     let mut c = guest.crius("upgrade").await;
-    c.image
-        .pull_image(PullImageRequest {
-            image: Some(ImageSpec {
-                image: image.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|s| panic!("PullImage: {s:?}\n{}", journal(&guest)));
+    pull(&guest, &mut c, &image).await;
     let started = Instant::now();
     let counter = "i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2; done";
     let mut running = Vec::new();

@@ -197,13 +197,13 @@ impl Daemon {
 
     /// At start after a reboot: every container that was created or running in the earlier
     /// boot ended with it. Each is recorded exited (255, reason `NodeRestarted`, the boot ids
-    /// in the message) without asking its shim, which went with the boot. Interrupted creates
-    /// are left to [`Daemon::recover_containers`], which removes them.
+    /// in the message) without asking its shim, which went with the boot.
     ///
     /// A `Creating` container whose image lease is on disk had its create done by the shim
     /// before the boot ended ([`Daemon::recover_containers`] adopts such a container when its
     /// shim still has it); after a power loss its `Created` write may be what was lost. It is
-    /// recorded the same way, so its answered create is not reported as a failure.
+    /// recorded the same way, so its answered create is not reported as a failure. Other
+    /// interrupted creates are left to [`Daemon::recover_containers`], which removes them.
     pub fn settle_containers_after_reboot(&self, boot: &crate::boot::Boot) {
         let message = boot.message();
         let leased = match self.images.lease_holders() {

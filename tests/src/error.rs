@@ -87,6 +87,10 @@ pub enum Error {
     #[error("crius does not serve: {0}")]
     Serve(String),
 
+    /// A soak's node could not be read (`soak::Node`).
+    #[error("read the node: {0}")]
+    Node(String),
+
     /// Something a fixture waited for did not happen in time.
     #[error("timed out waiting for {0}")]
     Timeout(String),

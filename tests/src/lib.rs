@@ -33,6 +33,7 @@ pub mod nri;
 mod process;
 pub mod proxy;
 pub mod registry;
+pub mod soak;
 pub mod streaming;
 pub mod systemd;
 mod tar_layer;

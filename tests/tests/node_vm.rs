@@ -20,7 +20,7 @@ use crius_api::v1::runtime_service_client::RuntimeServiceClient;
 use crius_api::v1::*;
 use crius_tests::images::{self, TestImage};
 use crius_tests::registry::Registry;
-use crius_tests::{crius::connect, repo_dir, TestDir};
+use crius_tests::{crius::connect, repo_dir, soak, Error, TestDir};
 use tonic::transport::Channel;
 
 /// The guest's address for the host's registry (qemu's guestfwd), with the registry's port.
@@ -34,13 +34,21 @@ const GUEST_LIFETIME_SECS: u64 = 1500;
 struct Guest {
     script: PathBuf,
     dir: TestDir,
+    /// Seconds after each boot at which qemu is killed whatever happens.
+    lifetime: u64,
 }
 
 impl Guest {
     fn start(registry_port: u16) -> Guest {
+        Guest::start_for(registry_port, GUEST_LIFETIME_SECS)
+    }
+
+    /// [`Guest::start`] of a guest killed `lifetime` seconds after its boot.
+    fn start_for(registry_port: u16, lifetime: u64) -> Guest {
         let guest = Guest {
             script: repo_dir().join("contrib/node-vm/node-vm"),
             dir: TestDir::new("node-vm").unwrap(),
+            lifetime,
         };
         let took = guest.boot(registry_port);
         eprintln!("node vm: booted in {took:.1?}");
@@ -54,7 +62,7 @@ impl Guest {
             .args(["start", self.dir.path().to_str().unwrap()])
             .arg(registry_port.to_string())
             // A test killed before its drop leaves no guest for longer than this.
-            .env("CRIUS_NODE_VM_LIFETIME", GUEST_LIFETIME_SECS.to_string())
+            .env("CRIUS_NODE_VM_LIFETIME", self.lifetime.to_string())
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -1078,7 +1086,7 @@ async fn bench_pod_start_against_containerd() {
 /// A host registry with the busybox test image, and a guest with package `deb` installed and
 /// crius running with the systemd driver, pulling from that registry: (the registry, the
 /// image as the guest names it, the guest, the registry's port).
-fn systemd_node(deb: &std::ffi::OsStr) -> (Registry, String, Guest, u16) {
+fn systemd_node(deb: &std::ffi::OsStr, lifetime: u64) -> (Registry, String, Guest, u16) {
     let registry = Registry::start().unwrap();
     let pushed = images::push(&registry, TestImage::Busybox).unwrap();
     let port = registry.port();
@@ -1086,7 +1094,7 @@ fn systemd_node(deb: &std::ffi::OsStr) -> (Registry, String, Guest, u16) {
     let image = pushed
         .reference
         .replace(&registry.host_port(), &guest_registry);
-    let guest = Guest::start(port);
+    let guest = Guest::start_for(port, lifetime);
     guest.copy(Path::new(&deb), "/root/crius.deb");
     guest.sh(&format!(
         "dpkg -i /root/crius.deb >/dev/null && mkdir -p /etc/crius/certs.d/{guest_registry} && \
@@ -1180,7 +1188,7 @@ async fn power_loss_during_a_burst_of_calls() {
         eprintln!("skipped: set CRIUS_NODE_VM_POWER_LOSS=<rounds> and CRIUS_NODE_DEB");
         return;
     };
-    let (_registry, image, guest, port) = systemd_node(&deb);
+    let (_registry, image, guest, port) = systemd_node(&deb, GUEST_LIFETIME_SECS);
     pull(&guest, &mut guest.crius("pull").await, &image).await;
     for round in 0..rounds {
         let c = guest.crius(&format!("burst-{round}")).await;
@@ -1353,7 +1361,7 @@ async fn package_upgrade_and_downgrade_keep_pods_running() {
         eprintln!("skipped: set CRIUS_NODE_VM_UPGRADE=1 and CRIUS_NODE_DEB");
         return;
     };
-    let (_registry, image, guest, _) = systemd_node(&deb);
+    let (_registry, image, guest, _) = systemd_node(&deb, GUEST_LIFETIME_SECS);
     // The newer package: the same files at a higher version, as a point release would be.
     let older = installed_version(&guest);
     let newer = format!("{older}+upgrade1");
@@ -1496,6 +1504,144 @@ async fn package_upgrade_and_downgrade_keep_pods_running() {
         left.trim(),
         "",
         "left behind after the pods\n{}",
+        journal(&guest)
+    );
+}
+
+/// The guest's crius read over ssh, for [`soak_with_churn_probes_and_logs`].
+struct InGuest {
+    script: PathBuf,
+    dir: PathBuf,
+}
+
+impl InGuest {
+    fn sh(&self, cmd: &str) -> crius_tests::Result<String> {
+        let out = Command::new(&self.script)
+            .arg("ssh")
+            .arg(&self.dir)
+            .arg(cmd)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| Error::Node(format!("node-vm ssh: {e}")))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(Error::Node(format!("in the guest: {}: {err}", out.status)));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl soak::Node for InGuest {
+    fn sample(&mut self) -> crius_tests::Result<soak::Sample> {
+        let out = self.sh(&format!(
+            "python3 - --daemon-pid \"$(systemctl show -p MainPID --value crius)\" \
+             --db /var/lib/crius/crius.db --shim crius-shim --filter '' <<'EOF'\n{}\nEOF",
+            soak::SAMPLER
+        ))?;
+        soak::Sample::parse(&out)
+    }
+
+    fn read(&mut self, path: &str) -> crius_tests::Result<String> {
+        self.sh(&format!("cat '{path}'"))
+    }
+
+    fn complaints(&mut self) -> crius_tests::Result<Vec<String>> {
+        let out =
+            self.sh("journalctl -u crius --no-pager -o cat | grep -e ' WARN ' -e ' ERROR '; true")?;
+        Ok(out.lines().map(String::from).collect())
+    }
+}
+
+/// Issue 49's soak in the node VM, shorter than on the host (`tests/tests/soak.rs`): pods
+/// (`CRIUS_NODE_VM_SOAK_PODS`, 20) for `CRIUS_NODE_VM_SOAK` minutes under kubelet's relist,
+/// stats and an exec probe of each pod every 10 s, one pod replaced every 30 s with its log
+/// checked, the daemon's and the shims' resources printed each minute. Asserts no failed call,
+/// no log with a gap or a repeat, no error in crius's journal, nothing left after the pods.
+#[tokio::test(flavor = "multi_thread")]
+async fn soak_with_churn_probes_and_logs() {
+    let (Some(deb), Some(mins)) = (
+        std::env::var_os("CRIUS_NODE_DEB"),
+        std::env::var("CRIUS_NODE_VM_SOAK")
+            .ok()
+            .and_then(|n| n.parse::<f64>().ok()),
+    ) else {
+        eprintln!("skipped: set CRIUS_NODE_VM_SOAK=<minutes> and CRIUS_NODE_DEB");
+        return;
+    };
+    let pods = std::env::var("CRIUS_NODE_VM_SOAK_PODS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20);
+    let duration = Duration::from_secs_f64(mins * 60.0);
+    let lifetime = duration.as_secs() + 1800;
+    let (_registry, image, guest, _) = systemd_node(&deb, lifetime);
+    let c = guest.crius("soak").await;
+    pull(&guest, &mut guest.crius("pull").await, &image).await;
+    let plan = soak::Plan {
+        pods,
+        duration,
+        churn_every: Duration::from_secs(30),
+        probe_every: Duration::from_secs(10),
+        sample_every: Duration::from_secs(60).min(duration / 4),
+        warmup: Duration::from_secs(180).min(duration / 4),
+        parallel_starts: 5,
+    };
+    let shape = soak::Shape {
+        pod: Box::new(pod_config),
+        container: Box::new(move |name| container_config(name, &image, soak::LOGGER)),
+    };
+    let mut node = InGuest {
+        script: guest.script.clone(),
+        dir: guest.dir.path().to_path_buf(),
+    };
+    let report = soak::run(
+        c.rt.clone(),
+        &plan,
+        std::sync::Arc::new(shape),
+        Box::new(InGuest {
+            script: guest.script.clone(),
+            dir: guest.dir.path().to_path_buf(),
+        }),
+    )
+    .await;
+    println!(
+        "node vm soak, {pods} pods, {mins} min:\n{}",
+        report.render()
+    );
+    let complaints = soak::Node::complaints(&mut node).unwrap();
+    println!(
+        "crius's journal, WARN and ERROR: {} lines",
+        complaints.len()
+    );
+    for (shape, n) in soak::shapes(&complaints) {
+        println!("  {n:>5} x {shape}");
+    }
+    let errors: Vec<&String> = complaints
+        .iter()
+        .filter(|l| l.contains(" ERROR "))
+        .collect();
+    assert!(errors.is_empty(), "crius logged errors: {errors:#?}");
+    assert_eq!(report.failed, 0, "failed calls: {:#?}", report.failures);
+    assert!(report.log_problems.is_empty(), "{:#?}", report.log_problems);
+    assert!(report.cycles > 0, "the churn replaced no pod");
+    let after = report.after.expect("a sample after the pods were removed");
+    assert!(
+        after.shims.is_empty(),
+        "shims left: {:?}",
+        after.shims.keys()
+    );
+    let left = until_empty(
+        &guest,
+        &format!(
+            "{NETWORK_HELD}; cd /var/lib/crius && ls -d containers/* leases/* 2>/dev/null; \
+             systemctl list-units --all --plain --no-legend 'crius-*'; \
+             find /sys/fs/cgroup/crius.slice -mindepth 1 -type d 2>/dev/null; true"
+        ),
+    );
+    assert_eq!(
+        left.trim(),
+        "",
+        "left behind after the soak\n{}",
         journal(&guest)
     );
 }

@@ -44,12 +44,12 @@ run: deps-run build-release
 
 # The long-lived crius-shim (one per pod) and the short-lived crius-shim-helper (one per create
 # and exec) are linked statically, glibc and libseccomp included: no ld.so and libc.so pages in
-# every shim, nothing for the loader to do at each helper's exec (docs/architecture.md, section
-# 1). So is the daemon: 850 KiB less resident than with libc.so.6 mapped whole. They are built
-# for an explicit --target, the host's: cargo then applies RUSTFLAGS to them and their
-# dependencies only, not to build scripts and proc macros (which must stay dynamic). A plain
-# `cargo build` still makes dynamic ones in target/<profile>/; `make build` and the tests use
-# the static ones, what is installed. `=`, not `:=`: rustc may only exist once check-rust has
+# every shim, nothing for the loader to do at each helper's exec (docs/performance.md,
+# "Static binaries"). So is the daemon: 850 KiB less resident than with libc.so.6 mapped
+# whole. They are built for an explicit --target, the host's: cargo then applies RUSTFLAGS to
+# them and their dependencies only, not to build scripts and proc macros (which must stay
+# dynamic). A plain `cargo build` still makes dynamic ones in target/<profile>/; `make build`
+# and the tests use the static ones, what is installed. `=`, not `:=`: rustc may only exist once check-rust has
 # run.
 HOST_TRIPLE = $(shell rustc -vV | sed -n 's/^host: //p')
 # The caller's RUSTFLAGS without the static flag: the tests inherit the RUSTFLAGS STATIC_ENV

@@ -52,8 +52,8 @@ fn main() {
     println!("cargo::rustc-link-arg-bin=crius-shim-helper=-no-pie");
 
     // The installed shim and helper are linked statically (`make build-release` builds them
-    // with `-C target-feature=+crt-static` for an explicit `--target`; docs/architecture.md,
-    // section 1): rustc then asks for a static PIE, which the `-no-pie` above cancels
+    // with `-C target-feature=+crt-static` for an explicit `--target`; docs/performance.md,
+    // "Static binaries"): rustc then asks for a static PIE, which the `-no-pie` above cancels
     // altogether (the helper came out dynamic); `-static` after it makes it static and at a
     // fixed address, nothing for the loader to do.
     let crt_static = env::var("CARGO_CFG_TARGET_FEATURE")

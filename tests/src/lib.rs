@@ -5,8 +5,8 @@
 //! API, and [`crius::Crius`] runs the crius binary on a temporary root, state dir and socket and
 //! hands back connected gRPC clients. Every fixture cleans up in `Drop` (processes stopped by PID
 //! and reaped, mounts under its temp dir lazily unmounted, dirs removed), so a failing assertion
-//! leaves nothing behind. Temp dirs and resources carry "crius" in their names so
-//! `/work/shared/tools/leaks` can see anything that escapes.
+//! leaves nothing behind. Temp dirs and resources carry "crius" in their names, so a search of
+//! processes, mounts, links and cgroups for that name finds anything that escapes.
 //!
 //! A typical test:
 //!

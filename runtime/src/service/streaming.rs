@@ -24,7 +24,9 @@ fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<(
     Ok(())
 }
 
-/// The record of a running container, or why it cannot stream.
+/// Hand `pending` to the streaming server and answer the one-time URL its client connects to
+/// (usable once, within [`crate::stream::TOKEN_TTL`]); Unavailable while the server is not
+/// listening yet. The checks on the container or pod come before, in each caller.
 fn register(d: &Daemon, pending: PendingStream) -> Result<String> {
     d.streams.register(pending).map_err(Error::from)
 }

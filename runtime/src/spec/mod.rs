@@ -26,9 +26,10 @@
 //! - The seccomp filter in a returned spec is already rewritten for libcontainer 0.7 (see
 //!   [`seccomp::for_libcontainer`]: it reads masked-equality arguments the other way round
 //!   from runc); hand the spec to libcontainer, not to runc.
-//! - `oom_score_adj` is written as requested (the pause gets -998); `pod::write_spec` clamps it
-//!   to what crius may set: on a node where crius lacks CAP_SYS_RESOURCE, nothing below crius's
-//!   own value, so a container asking for -500 runs with crius's score (usually 0).
+//! - `oom_score_adj` is written as requested (the pause gets -998); `layout::write_spec`
+//!   clamps it to what crius may set: on a node where crius lacks CAP_SYS_RESOURCE, nothing
+//!   below crius's own value, so a container asking for -500 runs with crius's score (usually
+//!   0). It also drops hugepage limits on a node without a hugetlb controller.
 //!
 //! # Defaults worth knowing
 //! - Seccomp unset in both the `seccomp` and the deprecated `seccomp_profile_path` fields means

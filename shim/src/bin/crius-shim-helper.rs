@@ -67,7 +67,7 @@ fn main() {
         Err(message) => (Outcome::Err { message }, None, 1),
     };
     if !shim_fd_is_open(REPORT_FD) {
-        // Run by hand (or by crius cleaning up after a dead shim): report on stdout.
+        // Run by hand (to clean up after a dead shim; crius never does): report on stdout.
         println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
         std::process::exit(code);
     }

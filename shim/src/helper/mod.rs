@@ -1,4 +1,5 @@
-//! Helper processes that call libcontainer on the shim's behalf.
+//! Helper processes that call libcontainer (or an OCI runtime's command line) on the shim's
+//! behalf.
 //!
 //! libcontainer changes its calling process (it `chdir()`s, sets `PR_SET_DUMPABLE 0`, writes
 //! the container's `oom_score_adj` to `/proc/self/oom_score_adj`; its container init is a
@@ -7,7 +8,9 @@
 //! the long-lived `crius-shim` never links it: every create and exec runs in a short-lived
 //! `crius-shim-helper` process the shim spawns (`clone(CLONE_VM | CLONE_VFORK)` and `execve`, in
 //! `spawn.rs`), and so do a start, a kill of the whole cgroup or a delete that the
-//! shim does not do itself (see [`crate::libct_state`]). The helper reports its outcome (a pid,
+//! shim does not do itself (see [`crate::libct_state`]), an OCI runtime's `wait` and
+//! `restore`, and the `checkpoint` crius runs itself. An exec under libcontainer is the
+//! helper's own code joining the container ([`crate::exec`]), not libcontainer's. The helper reports its outcome (a pid,
 //! maybe a pty master fd) over a `SOCK_SEQPACKET` socket and exits; the processes it made are
 //! then re-parented to the shim, a child subreaper. The libcontainer calls themselves are in
 //! [`crate::libct`], an OCI runtime's command line in [`crate::oci_cli`]; this module is the

@@ -9,10 +9,8 @@ use crius_cni::{Network, NetworkOptions};
 use crius_image::{ImageStore, StoreConfig};
 
 use crate::config::Config;
-use crate::container::ContainerRecord;
 use crate::error::{Error, Result};
-use crate::pod::SandboxRecord;
-use crate::records::Records;
+use crate::records::{ContainerRecord, Records, Released, SandboxRecord};
 use crate::shims::Shims;
 use crate::store::{Store, Table};
 use crate::util::{kernel_at_least, Locks};
@@ -29,7 +27,7 @@ pub struct Daemon {
     pub(crate) sandboxes: Records<SandboxRecord>,
     pub(crate) containers: Records<ContainerRecord>,
     /// Exited containers whose runtime state and mounts are already given back.
-    pub(crate) released: crate::container::Released,
+    pub(crate) released: Released,
     pub(crate) shims: Shims,
     /// One lock per pod and per container id.
     pub(crate) locks: Locks,
@@ -260,9 +258,7 @@ impl Daemon {
             .start(&self.config.stream)
             .await
             .map_err(|e| anyhow::anyhow!("{}", crate::error::chain(&e)))?;
-        self.metrics_endpoint
-            .apply(&self.config.metrics, Arc::downgrade(self))
-            .await?;
+        self.serve_metrics(&self.config.metrics).await?;
         // Blobs and snapshots a killed crius left unreferenced (a pull cut short, an image
         // removed mid-way) are freed in the background; serving does not wait for it.
         let images = self.images.clone();
@@ -334,11 +330,7 @@ impl Daemon {
             .bound()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        match self
-            .metrics_endpoint
-            .apply(&new.metrics, Arc::downgrade(self))
-            .await
-        {
+        match self.serve_metrics(&new.metrics).await {
             Ok(bound) => {
                 let now = bound.map(|a| a.to_string()).unwrap_or_default();
                 if now != metrics_was {

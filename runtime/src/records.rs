@@ -6,7 +6,7 @@
 //! write in flight, which nobody has been told of yet. (Holding the map's lock across the
 //! write made every status and list call queue behind all the creates and stops in flight.)
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, RwLock};
 
@@ -308,6 +308,32 @@ impl ContainerRecord {
                 tracing::error!(container = %self.id, "corrupt record: resources do not decode ({e})")
             })
             .ok()
+    }
+}
+
+/// The ids of exited containers whose runtime state and mounts are given back already, at
+/// their exit rather than at their removal (`container/release.rs`). Kept in memory only,
+/// beside the records: after a restart none counts as released.
+#[derive(Default)]
+pub struct Released(Mutex<HashSet<String>>);
+
+impl Released {
+    fn set(&self) -> MutexGuard<'_, HashSet<String>> {
+        // The set is only inserted into and removed from: a poisoned one is still whole.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn insert(&self, id: &str) {
+        self.set().insert(id.to_owned());
+    }
+
+    /// Whether `id` was released, forgetting it: its removal is under way.
+    pub(crate) fn take(&self, id: &str) -> bool {
+        self.set().remove(id)
+    }
+
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.set().contains(id)
     }
 }
 

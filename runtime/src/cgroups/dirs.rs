@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::systemd::own_unit;
 use super::{
-    container_cgroup, driver, driver::own_unit, fs_path, hierarchies, Driver, Hierarchy, Mode,
-    CRIUS_PARENT,
+    container_cgroup, driver, fs_path, hierarchies, Driver, Hierarchy, Mode, CRIUS_PARENT,
 };
 
 /// How long removing a pod or container waits for its cgroup to empty (killed orphans of a

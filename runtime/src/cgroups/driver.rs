@@ -1,11 +1,11 @@
 //! Which driver manages pod and container cgroups in this process (cgroupfs or systemd), set
-//! once at start, and the systemd unit crius made for a cgroup under it.
+//! once at start.
 
 use std::sync::OnceLock;
 
 use crate::config::{CgroupConfig, CgroupDriver};
 
-use super::{manager, owned_by_crius, systemd, CgroupError, Result};
+use super::{manager, CgroupError, Result};
 
 /// Who manages pod and container cgroups in this process, set once at start by [`init`];
 /// cgroupfs until then (and in unit tests).
@@ -45,19 +45,4 @@ pub fn init(config: &CgroupConfig) -> Result<()> {
             "the cgroup driver was already set up differently in this process".to_string(),
         )),
     }
-}
-
-/// The systemd unit crius made for this cgroup, when the driver is systemd: a container's
-/// `crius-<id>.scope`, or a pod slice crius owns (kubelet's slices are kubelet's).
-pub(super) fn own_unit(cgroup: &str) -> Option<(&'static manager::Systemd, &str)> {
-    let Driver::Systemd(sd) = driver() else {
-        return None;
-    };
-    let unit = systemd::unit_of(cgroup)?;
-    let ours = if unit.ends_with(".scope") {
-        unit.starts_with(&format!("{}-", systemd::SCOPE_PREFIX))
-    } else {
-        owned_by_crius(cgroup)
-    };
-    ours.then_some((sd, unit))
 }

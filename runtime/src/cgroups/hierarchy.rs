@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use crius_api::v1::LinuxContainerResources;
 
-use super::driver::own_unit;
 use super::mounts::{cgroup_mounts, CgroupMount};
+use super::systemd::own_unit;
 use super::validation::validate;
 use super::{systemd, v1, v2, CgroupError, CgroupStats, Result, Transaction};
 

@@ -1,5 +1,5 @@
-//! The systemd driver: unit names, the cgroup paths they stand for, unit properties, and
-//! putting a new container into its scope ([`attach`]).
+//! The systemd driver: unit names, the cgroup paths they stand for, which units are crius's
+//! own, unit properties, and putting a new container into its scope ([`attach`]).
 //!
 //! With the systemd driver kubelet names pod cgroups by slice (`kubepods-besteffort-pod<uid>.slice`,
 //! a dash marking each parent). crius gives each pod a transient slice of its own, below the
@@ -22,8 +22,8 @@ use crate::config::CgroupDriver;
 
 use super::dbus::Value;
 use super::{
-    container_cgroups_path, driver, fs_path, hierarchies, manager, write_file, CgroupError, Driver,
-    Hierarchy, Mode, Result,
+    container_cgroups_path, driver, fs_path, hierarchies, manager, owned_by_crius, write_file,
+    CgroupError, Driver, Hierarchy, Mode, Result,
 };
 
 /// The scope prefix of crius's containers: `crius-<id>.scope`.
@@ -155,6 +155,21 @@ pub fn scope_name(id: &str) -> String {
 pub fn unit_of(fs_path: &str) -> Option<&str> {
     let last = fs_path.rsplit('/').next()?;
     (last.ends_with(".scope") || last.ends_with(".slice")).then_some(last)
+}
+
+/// The systemd unit crius made for this cgroup, when the driver is systemd: a container's
+/// `crius-<id>.scope`, or a pod slice crius owns (kubelet's slices are kubelet's).
+pub(super) fn own_unit(cgroup: &str) -> Option<(&'static manager::Systemd, &str)> {
+    let Driver::Systemd(sd) = driver() else {
+        return None;
+    };
+    let unit = unit_of(cgroup)?;
+    let ours = if unit.ends_with(".scope") {
+        unit.starts_with(&format!("{SCOPE_PREFIX}-"))
+    } else {
+        owned_by_crius(cgroup)
+    };
+    ours.then_some((sd, unit))
 }
 
 /// systemd's "no limit" for `t` properties (`infinity`).

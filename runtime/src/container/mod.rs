@@ -28,7 +28,6 @@ use crate::error::{Error, Result};
 pub use crate::layout::ContainerPaths;
 pub use crate::records::{ContainerRecord, ContainerState};
 use crate::util::excerpt;
-pub use release::Released;
 pub(crate) use restore::check_restorable;
 
 /// The name a container's image is shown by, as containerd's CRI shows it: the name the user

@@ -8,40 +8,15 @@
 //! still counts: the record, the log, the bundle (`config.json` for a verbose status), the
 //! writable layer on disk (its usage in `ContainerStats`) and the image leases.
 //!
-//! Which containers are released is kept in memory only. After a crius restart none counts
-//! as released and `RemoveContainer` takes its whole path, every step of which does nothing
+//! Which containers are released is kept in memory only ([`crate::records::Released`]). After
+//! a crius restart none counts as released and `RemoveContainer` takes its whole path, every step of which does nothing
 //! when its part is already gone.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::ContainerState;
 use crate::daemon::Daemon;
+use crate::records::ContainerState;
 use crate::util::LockGuard;
-
-/// The ids of exited containers whose runtime state and mounts are gone already.
-#[derive(Default)]
-pub struct Released(Mutex<HashSet<String>>);
-
-impl Released {
-    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        // The set is only inserted into and removed from: a poisoned one is still whole.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn insert(&self, id: &str) {
-        self.set().insert(id.to_owned());
-    }
-
-    /// Whether `id` was released, forgetting it: its removal is under way.
-    pub(super) fn take(&self, id: &str) -> bool {
-        self.set().remove(id)
-    }
-
-    pub(super) fn contains(&self, id: &str) -> bool {
-        self.set().contains(id)
-    }
-}
 
 impl Daemon {
     /// Gives back what container `held` no longer needs once it has exited. A failure is

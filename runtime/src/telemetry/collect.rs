@@ -2,20 +2,35 @@
 //! shims and their memory, crius's own memory, the database's size, dropped container
 //! events, and how far each pull under way has come.
 
-use std::sync::Weak;
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-use crate::container::ContainerState;
+use crate::config::MetricsConfig;
 use crate::daemon::Daemon;
-use crate::pod::SandboxState;
+use crate::records::{ContainerState, SandboxState};
 
 /// Reads the daemon at each scrape; holds it weakly, so the endpoint never keeps it alive.
 #[derive(Debug)]
 pub struct Collector(pub Weak<Daemon>);
+
+impl Daemon {
+    /// Serves the metrics endpoint as `config` says ([`super::server::Endpoint::apply`]), each
+    /// scrape reading this daemon: at start, and again when SIGHUP changes `[metrics]`. The
+    /// address served on, if any.
+    pub(crate) async fn serve_metrics(
+        self: &Arc<Self>,
+        config: &MetricsConfig,
+    ) -> anyhow::Result<Option<SocketAddr>> {
+        self.metrics_endpoint
+            .apply(config, Collector(Arc::downgrade(self)))
+            .await
+    }
+}
 
 /// One gauge with no labels.
 fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> std::fmt::Result {

@@ -309,7 +309,10 @@ impl Timer {
 }
 
 /// The registry a scrape encodes: the recorded metrics and the scrape-time collector.
-pub fn registry(namespace: &str, collector: collect::Collector) -> Registry {
+pub fn registry(
+    namespace: &str,
+    collector: impl prometheus_client::collector::Collector,
+) -> Registry {
     let mut r = Registry::with_prefix(namespace);
     metrics().register(&mut r);
     r.register_collector(Box::new(collector));

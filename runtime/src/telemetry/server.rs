@@ -3,7 +3,7 @@
 //! stopped or started again when SIGHUP changes the address or the namespace.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -11,12 +11,11 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::collector::Collector;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use super::collect::Collector;
 use crate::config::MetricsConfig;
-use crate::daemon::Daemon;
 
 /// Scrapes served at the same time, at most; more connections wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 16;
@@ -57,10 +56,12 @@ impl Endpoint {
     /// already running is kept when nothing changed, else replaced. When a new address cannot
     /// be bound (taken) the endpoint in force stays as it was; on the same address (only the
     /// namespace changed) the old listener is closed first, so a failure there leaves none.
+    /// `collector` gives the figures read at each scrape (the daemon's is
+    /// [`super::collect::Collector`]).
     pub async fn apply(
         &self,
         config: &MetricsConfig,
-        daemon: Weak<Daemon>,
+        collector: impl Collector,
     ) -> anyhow::Result<Option<SocketAddr>> {
         if let Some(r) = self
             .running
@@ -80,7 +81,7 @@ impl Endpoint {
             .address
             .parse()
             .with_context(|| format!("metrics address {:?}", config.address))?;
-        let registry = Arc::new(super::registry(&config.namespace, Collector(daemon)));
+        let registry = Arc::new(super::registry(&config.namespace, collector));
         // The old listener goes first when the new one wants its address.
         let same_address = self
             .running

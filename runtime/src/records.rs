@@ -128,15 +128,34 @@ impl<T: Clone + Serialize + DeserializeOwned> Records<T> {
         self.update_with(id, f, |table, value| store.put(table, id, value))
     }
 
-    /// [`Self::update`] without a disk flush ([`Store::put_unflushed`]): for a change crius
-    /// learns again from the shim after a crash.
-    pub fn update_unflushed(
+    /// [`Self::update`] without a disk flush ([`Store::put_unflushed`]), for a change the shim
+    /// reports again after a crash (a start). A write that fails (a full disk) is then no
+    /// worse than one lost with the page cache, so the new value is kept in memory either way,
+    /// and the next write of the record or a recovery puts it on disk. Returns the new value
+    /// and the write's error, for the log.
+    pub fn update_recoverable(
         &self,
         store: &Store,
         id: &str,
         f: impl FnOnce(&mut T),
-    ) -> Result<Option<T>> {
-        self.update_with(id, f, |table, value| store.put_unflushed(table, id, value))
+    ) -> (Option<T>, Option<Error>) {
+        self.update_keeping(id, f, |table, value| store.put_unflushed(table, id, value))
+    }
+
+    fn update_keeping(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut T),
+        write: impl FnOnce(Table, &T) -> crate::store::Result<()>,
+    ) -> (Option<T>, Option<Error>) {
+        let _turn = self.writing();
+        let Some(mut value) = self.get(id) else {
+            return (None, None);
+        };
+        f(&mut value);
+        let failed = write(self.table, &value).err().map(Error::from);
+        self.write().insert(id.to_string(), value.clone());
+        (Some(value), failed)
     }
 
     fn update_with(
@@ -353,6 +372,34 @@ mod tests {
         assert_eq!(records.get("a"), None);
         let reloaded: Records<u32> = Records::load(&store, Table::Containers).unwrap();
         assert_eq!(reloaded.get("a"), None);
+    }
+
+    /// A recoverable change whose write fails (a full disk: faked here, as a real file system
+    /// cannot be made to refuse one write on demand) is still what the record says, while an
+    /// ordinary update that fails changes nothing.
+    #[test]
+    fn a_recoverable_change_is_kept_when_its_write_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let records: Records<u32> = Records::load(&store, Table::Containers).unwrap();
+        records.put(&store, "a", 1).unwrap();
+        let full = |_: Table, _: &u32| -> crate::store::Result<()> {
+            Err(crate::store::StoreError::Db {
+                table: Table::Containers,
+                key: "a".into(),
+                source: redb::Error::Io(std::io::Error::from_raw_os_error(28)),
+            })
+        };
+        assert!(records.update_with("a", |v| *v = 5, full).is_err());
+        assert_eq!(records.get("a"), Some(1));
+        let (value, failed) = records.update_keeping("a", |v| *v = 2, full);
+        assert_eq!(value, Some(2));
+        assert!(failed.is_some());
+        assert_eq!(records.get("a"), Some(2));
+        // The next write of the record takes the kept value to disk.
+        records.update(&store, "a", |v| *v += 1).unwrap();
+        let reloaded: Records<u32> = Records::load(&store, Table::Containers).unwrap();
+        assert_eq!(reloaded.get("a"), Some(3));
     }
 
     /// A reader is answered while a writer is mid-way (here held inside its update), with the

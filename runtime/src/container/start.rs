@@ -35,8 +35,10 @@ impl Daemon {
         // value answered now is the one reported after a restart.
         let started_at = shim_started_at.unwrap_or(asked_at);
         // Not flushed to disk: should crius die before its next durable commit, the recovery
-        // learns the start from the shim (`adopt_shim_state`) and records it again.
-        self.containers.update_unflushed(&self.store, &c.id, |r| {
+        // learns the start from the shim (`adopt_shim_state`) and records it again. For the
+        // same reason a write that fails (a full disk) does not fail the start: the process
+        // runs, and the record says so in memory until its next write or a recovery.
+        let (_, failed) = self.containers.update_recoverable(&self.store, &c.id, |r| {
             // The watcher started at create follows the init through its start to its exit,
             // and may already have recorded the exit of a quick process: never undo that.
             if r.state == ContainerState::Created {
@@ -44,7 +46,14 @@ impl Daemon {
             }
             r.started_at = started_at;
             r.pid = u32::try_from(pid).ok();
-        })?;
+        });
+        if let Some(e) = failed {
+            tracing::warn!(
+                container = %c.id,
+                "the start is recorded in memory only until the record's next write: {}",
+                crius_common::error_chain(&e)
+            );
+        }
         self.events.emit(
             ContainerEventType::ContainerStartedEvent,
             &c.id,

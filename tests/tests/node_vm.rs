@@ -1508,11 +1508,36 @@ async fn package_upgrade_and_downgrade_keep_pods_running() {
     );
 }
 
-/// The guest's crius read over ssh, for [`soak_with_churn_probes_and_logs`].
+/// A runtime of the guest read over ssh, for [`soak_with_churn_probes_and_logs`].
 struct InGuest {
     script: PathBuf,
     dir: PathBuf,
+    runtime: &'static GuestRuntime,
 }
+
+/// Where [`soak::SAMPLER`] finds a runtime in the guest, and how its log says a line is a
+/// warning or an error.
+struct GuestRuntime {
+    unit: &'static str,
+    db: &'static str,
+    shim: &'static str,
+    /// `grep` arguments picking its warnings and errors out of the journal.
+    complaints: &'static str,
+}
+
+const CRIUS_IN_GUEST: GuestRuntime = GuestRuntime {
+    unit: "crius",
+    db: "/var/lib/crius/crius.db",
+    shim: "crius-shim",
+    complaints: "-e ' WARN ' -e ' ERROR '",
+};
+
+const CONTAINERD_IN_GUEST: GuestRuntime = GuestRuntime {
+    unit: "containerd",
+    db: "/var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db",
+    shim: "containerd-shim-runc-v2",
+    complaints: "-e level=warning -e level=error",
+};
 
 impl InGuest {
     fn sh(&self, cmd: &str) -> crius_tests::Result<String> {
@@ -1533,9 +1558,10 @@ impl InGuest {
 
 impl soak::Node for InGuest {
     fn sample(&mut self) -> crius_tests::Result<soak::Sample> {
+        let GuestRuntime { unit, db, shim, .. } = self.runtime;
         let out = self.sh(&format!(
-            "python3 - --daemon-pid \"$(systemctl show -p MainPID --value crius)\" \
-             --db /var/lib/crius/crius.db --shim crius-shim --filter '' <<'EOF'\n{}\nEOF",
+            "python3 - --daemon-pid \"$(systemctl show -p MainPID --value {unit})\" \
+             --db {db} --shim {shim} --filter '' <<'EOF'\n{}\nEOF",
             soak::SAMPLER
         ))?;
         soak::Sample::parse(&out)
@@ -1546,8 +1572,12 @@ impl soak::Node for InGuest {
     }
 
     fn complaints(&mut self) -> crius_tests::Result<Vec<String>> {
-        let out =
-            self.sh("journalctl -u crius --no-pager -o cat | grep -e ' WARN ' -e ' ERROR '; true")?;
+        let GuestRuntime {
+            unit, complaints, ..
+        } = self.runtime;
+        let out = self.sh(&format!(
+            "journalctl -u {unit} --no-pager -o cat | grep {complaints}; true"
+        ))?;
         Ok(out.lines().map(String::from).collect())
     }
 }
@@ -1557,6 +1587,9 @@ impl soak::Node for InGuest {
 /// stats and an exec probe of each pod every 10 s, one pod replaced every 30 s with its log
 /// checked, the daemon's and the shims' resources printed each minute. Asserts no failed call,
 /// no log with a gap or a repeat, no error in crius's journal, nothing left after the pods.
+/// With `CRIUS_NODE_VM_SOAK_CONTAINERD=1` the same soak then runs against the guest's
+/// containerd 1.7 (runc, cgroupfs, the same network and image; its pause the sleeper image),
+/// for its figures beside crius's: nothing is asserted of it.
 #[tokio::test(flavor = "multi_thread")]
 async fn soak_with_churn_probes_and_logs() {
     let (Some(deb), Some(mins)) = (
@@ -1574,7 +1607,7 @@ async fn soak_with_churn_probes_and_logs() {
         .unwrap_or(20);
     let duration = Duration::from_secs_f64(mins * 60.0);
     let lifetime = duration.as_secs() + 1800;
-    let (_registry, image, guest, _) = systemd_node(&deb, lifetime);
+    let (registry, image, guest, port) = systemd_node(&deb, lifetime);
     let c = guest.crius("soak").await;
     pull(&guest, &mut guest.crius("pull").await, &image).await;
     let plan = soak::Plan {
@@ -1586,22 +1619,24 @@ async fn soak_with_churn_probes_and_logs() {
         warmup: Duration::from_secs(180).min(duration / 4),
         parallel_starts: 5,
     };
-    let shape = soak::Shape {
+    let shape = std::sync::Arc::new(soak::Shape {
         pod: Box::new(pod_config),
-        container: Box::new(move |name| container_config(name, &image, soak::LOGGER)),
-    };
-    let mut node = InGuest {
+        container: Box::new({
+            let image = image.clone();
+            move |name| container_config(name, &image, soak::LOGGER)
+        }),
+    });
+    let in_guest = |runtime| InGuest {
         script: guest.script.clone(),
         dir: guest.dir.path().to_path_buf(),
+        runtime,
     };
+    let mut node = in_guest(&CRIUS_IN_GUEST);
     let report = soak::run(
         c.rt.clone(),
         &plan,
-        std::sync::Arc::new(shape),
-        Box::new(InGuest {
-            script: guest.script.clone(),
-            dir: guest.dir.path().to_path_buf(),
-        }),
+        shape.clone(),
+        Box::new(in_guest(&CRIUS_IN_GUEST)),
     )
     .await;
     println!(
@@ -1644,4 +1679,67 @@ async fn soak_with_churn_probes_and_logs() {
         "left behind after the soak\n{}",
         journal(&guest)
     );
+    if std::env::var_os("CRIUS_NODE_VM_SOAK_CONTAINERD").is_some() {
+        soak_containerd(&guest, &registry, port, &image, &plan, shape).await;
+    }
+}
+
+/// [`soak_with_churn_probes_and_logs`]'s soak against the guest's containerd: its figures.
+async fn soak_containerd(
+    guest: &Guest,
+    registry: &Registry,
+    port: u16,
+    image: &str,
+    plan: &soak::Plan,
+    shape: std::sync::Arc<soak::Shape>,
+) {
+    let sleeper = images::push(registry, TestImage::Sleeper).unwrap();
+    let pause = sleeper
+        .reference
+        .replace(&registry.host_port(), &format!("{GUEST_REGISTRY}:{port}"));
+    guest.sh(&format!(
+        "mkdir -p /etc/containerd && cat > /etc/containerd/config.toml <<'EOF'\n{}EOF\n\
+         systemctl restart containerd && systemctl is-active containerd",
+        containerd_config(&pause)
+    ));
+    let versions = guest.sh("containerd --version; runc --version | head -1");
+    println!(
+        "node vm soak against {}",
+        versions.trim().replace('\n', " | ")
+    );
+    let mut c = guest
+        .client("soak-containerd", "/run/containerd/containerd.sock")
+        .await;
+    for i in [image, pause.as_str()] {
+        pull(guest, &mut c, i).await;
+    }
+    let report = soak::run(
+        c.rt.clone(),
+        plan,
+        shape,
+        Box::new(InGuest {
+            script: guest.script.clone(),
+            dir: guest.dir.path().to_path_buf(),
+            runtime: &CONTAINERD_IN_GUEST,
+        }),
+    )
+    .await;
+    println!(
+        "node vm soak, containerd, {} pods:\n{}",
+        plan.pods,
+        report.render()
+    );
+    let complaints = soak::Node::complaints(&mut InGuest {
+        script: guest.script.clone(),
+        dir: guest.dir.path().to_path_buf(),
+        runtime: &CONTAINERD_IN_GUEST,
+    })
+    .unwrap_or_default();
+    println!(
+        "containerd's journal, warning and error: {} lines",
+        complaints.len()
+    );
+    for (shape, n) in soak::shapes(&complaints).into_iter().take(20) {
+        println!("  {n:>5} x {shape}");
+    }
 }

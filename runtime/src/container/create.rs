@@ -555,6 +555,7 @@ impl Daemon {
             target_pid: self.target_pid(config)?,
             host_devices_for_privileged: handler.host_devices_for_privileged(),
             builtin: handler.config.kind == crate::config::HandlerType::Builtin,
+            host: self.host(),
         })?;
         let mut spec = handler_annotations(spec, handler, config, pod_config);
         if handler.oci_runtime().is_some() {
@@ -570,7 +571,7 @@ impl Daemon {
             spec = super::restore::restore_spec(spec, &restore_dir)?;
         }
         phases.mark("spec");
-        write_spec(&paths.bundle, &spec)?;
+        write_spec(&paths.bundle, &spec, self.host())?;
         // A working directory the image lacks is made, as runc does under containerd.
         if let Some(cwd) = spec.process().as_ref().map(|p| p.cwd()) {
             let owner = userns.as_ref().and_then(|u| u.maps.host_root());

@@ -435,11 +435,12 @@ impl Daemon {
             shm_dir: shm,
             userns_path: id_maps_root.is_some().then_some(paths.userns.as_path()),
             builtin,
+            host: self.host(),
         })?;
         if runtime.is_some() {
             crate::spec::set_userns_mappings(&mut spec, config)?;
         }
-        write_spec(&paths.pause_bundle, &spec)?;
+        write_spec(&paths.pause_bundle, &spec, self.host())?;
         phases.mark("pause_spec");
         let pause = shim
             .create_container(crius_api::shim::CreateContainer {

@@ -412,7 +412,10 @@ fn new_record(
     runtime_handler: String,
 ) -> Result<SandboxRecord> {
     let meta = config.metadata.clone().unwrap_or_default();
-    let cgroup_parent = (config.linux.as_ref()).map_or("", |l| l.cgroup_parent.as_str());
+    let cgroup_parent = config
+        .linux
+        .as_ref()
+        .map_or("", |l| l.cgroup_parent.as_str());
     Ok(SandboxRecord {
         id: id.to_owned(),
         name: format!(

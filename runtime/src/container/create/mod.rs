@@ -173,7 +173,9 @@ impl Daemon {
                 cgroups::make_container_dirs_ahead(&pod_cgroup, &id)
             }));
         }
-        let made = (self.make_container(req, &mut record, &mut ahead, &lowerdirs, phases)).await;
+        let made = self
+            .make_container(req, &mut record, &mut ahead, &lowerdirs, phases)
+            .await;
         // A create that failed before it asked the shim waits here for what it started: the
         // undo removes the cgroup directories, which a late `mkdir` would bring back.
         let _ = ahead.done().await;
@@ -265,7 +267,10 @@ impl Daemon {
         let shim = self.shims.get(&req.pod.id).await?;
         let restore_dir = req.restore_dir();
         // A restore runs CRIU, which resets the cgroup2 mount's options.
-        let preserved = (req.restore.as_ref()).map(|_| cgroups::root_options::preserve());
+        let preserved = req
+            .restore
+            .as_ref()
+            .map(|_| cgroups::root_options::preserve());
         let pid = shim
             .create_container(crius_api::shim::CreateContainer {
                 id: req.id.clone(),

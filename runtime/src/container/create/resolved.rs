@@ -78,7 +78,10 @@ impl CreateRequest {
             config: self.config.encode_to_vec(),
             image_id: self.image.id.clone(),
             image_name: self.image_name.clone(),
-            image_ref: (self.image.repo_digests.first())
+            image_ref: self
+                .image
+                .repo_digests
+                .first()
                 .cloned()
                 .unwrap_or_else(|| self.image.id.clone()),
             state: ContainerState::Creating,
@@ -91,7 +94,10 @@ impl CreateRequest {
             pid: None,
             log_path,
             stop_signal: self.stop_signal,
-            resources: (self.config.linux.as_ref())
+            resources: self
+                .config
+                .linux
+                .as_ref()
                 .and_then(|l| l.resources.as_ref())
                 .map(|r| r.encode_to_vec())
                 .unwrap_or_default(),

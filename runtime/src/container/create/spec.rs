@@ -30,7 +30,11 @@ struct Places {
 
 impl Places {
     fn of(req: &CreateRequest) -> Places {
-        let user_specified = (req.config.image.as_ref()).map(|i| i.user_specified_image.as_str());
+        let user_specified = req
+            .config
+            .image
+            .as_ref()
+            .map(|i| i.user_specified_image.as_str());
         let dir = &req.pod_paths.dir;
         Places {
             shown_image: super::super::shown_image_name(

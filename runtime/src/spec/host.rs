@@ -19,7 +19,8 @@ pub struct HostFacts {
     pub(crate) lsm: Lsm,
     /// The node's hostname, the `HOSTNAME` of a container whose pod has none (host network).
     pub hostname: String,
-    /// The lowest `oom_score_adj` crius may give a process (see [`min_oom_score_adj`]).
+    /// The lowest `oom_score_adj` crius may give a process: -1000 with CAP_SYS_RESOURCE, else
+    /// crius's own (lowering it below the creator's needs that capability).
     pub min_oom_score_adj: i32,
     /// Whether the node has a hugetlb cgroup controller (without one, hugepage limits are
     /// dropped: kubelet sends a zero limit for every page size, and libcontainer refuses
@@ -31,7 +32,7 @@ pub struct HostFacts {
 
 impl HostFacts {
     /// Reads the facts from this node. Call after the default AppArmor profile was loaded
-    /// (`apparmor::load_default`), which [`Lsm::detect`] reports.
+    /// (`apparmor::load_default`), which `Lsm::detect` reports.
     pub fn probe() -> HostFacts {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let cap_eff = status

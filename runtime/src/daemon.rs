@@ -42,6 +42,8 @@ pub struct Daemon {
     pub(crate) network_release_pending: std::sync::atomic::AtomicBool,
     /// The runtime handlers, checked at start after the user namespace probe.
     handlers: std::sync::OnceLock<crate::handlers::Handlers>,
+    /// What the node is, for the specs: probed at start, after the AppArmor profile's load.
+    host: std::sync::OnceLock<crate::spec::HostFacts>,
     /// The last CPU sample of each pod and container cgroup, for usage_nano_cores.
     pub(crate) cpu_rates: crate::cpu_rates::CpuRates,
     /// Lifecycle events for GetContainerEvents subscribers.
@@ -66,6 +68,11 @@ impl Daemon {
         self.handlers.get_or_init(|| {
             crate::handlers::Handlers::probe(&self.config.runtime, false, false, None)
         })
+    }
+
+    /// The node's facts the specs follow (probed at start; before that, on first use).
+    pub(crate) fn host(&self) -> &crate::spec::HostFacts {
+        self.host.get_or_init(crate::spec::HostFacts::probe)
     }
 
     /// The handler a pod that asked for `name` runs under, as metrics label it (the default
@@ -168,6 +175,7 @@ impl Daemon {
             cpu_rates: Default::default(),
             released: Default::default(),
             handlers: std::sync::OnceLock::new(),
+            host: std::sync::OnceLock::new(),
             events: crate::events::Events::default(),
             metrics_endpoint: Default::default(),
             pinned: std::sync::RwLock::new(images_config),
@@ -191,6 +199,11 @@ impl Daemon {
             .await
             .context("load the AppArmor profile")?;
         }
+        let host = tokio::task::spawn_blocking(crate::spec::HostFacts::probe)
+            .await
+            .context("probe the node")?;
+        tracing::debug!(?host, "node probed");
+        let _ = self.host.set(host);
         self.shims
             .install_pause(&self.pause_binary)
             .await

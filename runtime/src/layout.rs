@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cgroups;
 use crate::error::{Error, Result};
+use crate::spec::HostFacts;
 
 /// Paths of a pod, all derived from its id.
 pub struct PodPaths {
@@ -50,21 +50,19 @@ impl ContainerPaths {
 }
 
 /// Writes `config.json` into a bundle directory, adapted to what this node has:
-/// `oom_score_adj` clamped to what it allows (see [`crate::util::min_oom_score_adj`]), and
+/// `oom_score_adj` clamped to what it allows ([`HostFacts::min_oom_score_adj`]), and
 /// hugepage limits dropped when there is no hugetlb controller (kubelet sends a zero limit
 /// for every page size, and libcontainer refuses limits of a missing controller).
-pub fn write_spec(bundle: &Path, spec: &oci_spec::runtime::Spec) -> Result<()> {
+pub fn write_spec(bundle: &Path, spec: &oci_spec::runtime::Spec, host: &HostFacts) -> Result<()> {
     let mut spec = spec.clone();
     if let Some(process) = spec.process_mut() {
         if let Some(adj) = process.oom_score_adj() {
-            let min = crate::util::min_oom_score_adj();
-            if adj < min {
-                process.set_oom_score_adj(Some(min));
+            if adj < host.min_oom_score_adj {
+                process.set_oom_score_adj(Some(host.min_oom_score_adj));
             }
         }
     }
-    let no_hugetlb = cgroups::Hierarchy::host().is_ok_and(|h| !h.has_controller("hugetlb"));
-    if no_hugetlb {
+    if !host.hugetlb {
         if let Some(resources) = spec
             .linux_mut()
             .as_mut()

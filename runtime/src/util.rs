@@ -141,27 +141,6 @@ impl FileId {
     }
 }
 
-/// The lowest `oom_score_adj` a container may be given here. Lowering it below the creator's
-/// own value needs CAP_SYS_RESOURCE; without it (some VMs and nested containers) the value
-/// is clamped to crius's own instead of failing the create, as containerd does with
-/// `restrict_oom_score_adj`.
-pub fn min_oom_score_adj() -> i32 {
-    const CAP_SYS_RESOURCE: u32 = 24;
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    if cap_eff & (1 << CAP_SYS_RESOURCE) != 0 {
-        return -1000;
-    }
-    std::fs::read_to_string("/proc/self/oom_score_adj")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// One async lock per object id, so that calls about one pod or container run in turn while
 /// calls about others go on. Entries are dropped when nobody holds or waits for them.
 #[derive(Default)]

@@ -128,22 +128,20 @@ pub(super) fn restore_spec(
 }
 
 impl Daemon {
-    /// When image `name` is a checkpoint image (see [`CHECKPOINT_IMAGE_ANNOTATION`]), the
-    /// source of its restore: its unpacked layer is the archive. `None` for any other image
-    /// or one not on the node (the create reports that as it does for any image).
+    /// When image `name` (found as `record`) is a checkpoint image (see
+    /// [`CHECKPOINT_IMAGE_ANNOTATION`]), the source of its restore: its unpacked layer is the
+    /// archive. `None` for any other image.
     pub(super) async fn checkpoint_image(
         self: &Arc<Self>,
         name: &str,
+        record: &ImageRecord,
         handler: &Handler,
     ) -> Result<Option<RestoreSource>> {
-        let Some(record) = self.images.get(name)? else {
-            return Ok(None);
-        };
         // Only a one-layer image can be one; others are not read further.
         if record.layers.len() != 1 {
             return Ok(None);
         }
-        let annotations = self.images.manifest_annotations(&record)?;
+        let annotations = self.images.manifest_annotations(record)?;
         if !annotations.contains_key(CHECKPOINT_IMAGE_ANNOTATION) {
             return Ok(None);
         }

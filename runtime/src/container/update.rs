@@ -133,7 +133,7 @@ impl Daemon {
         resources.set_unified(new.unified().clone());
         linux.set_resources(Some(resources));
         let bundle = ContainerPaths::new(&self.config.root, &self.config.state, &c.id).bundle;
-        crate::layout::write_spec(&bundle, &spec)
+        crate::layout::write_spec(&bundle, &spec, self.host())
     }
 
     /// `UpdatePodSandboxResources`: kubelet tells the pod-level resources it has already

@@ -110,7 +110,7 @@ fn verbose_info(daemon: &Daemon) -> HashMap<String, String> {
 /// `crius-default failed to load: <why>`).
 fn node_json(daemon: &Daemon) -> String {
     use crate::apparmor::DefaultProfile;
-    let unified = !crate::spec::host_cgroup_v1();
+    let unified = !daemon.host().cgroup_v1;
     let apparmor = if !crate::apparmor::enabled() {
         "off".to_string()
     } else {

@@ -7,6 +7,7 @@ use crius_api::v1::Capability as CriCapability;
 use oci_spec::runtime::{Capabilities, Capability, LinuxCapabilities, LinuxCapabilitiesBuilder};
 
 use super::error::{Result, SpecError};
+use super::host::HostFacts;
 
 /// The capabilities a container gets by default (containerd's and Docker's set).
 pub(crate) const DEFAULT_CAPS: [Capability; 14] = [
@@ -72,44 +73,24 @@ const ALL_CAPS: [(Capability, u32); 41] = [
     (Capability::CheckpointRestore, 40),
 ];
 
-/// Every capability the running kernel knows (`/proc/sys/kernel/cap_last_cap`) that crius
-/// itself holds (`CapEff` of `/proc/self/status`), as containerd does: a container cannot be
-/// given a capability its runtime lacks (where crius's root has no CAP_SYS_RESOURCE, as on
-/// some VMs and nested setups, asking for it fails the create with EPERM). Every known one
-/// when the files cannot be read.
-pub(crate) fn all_caps() -> Capabilities {
-    let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .unwrap_or(u32::MAX);
-    let held = held_mask();
+/// Every capability the running kernel knows (`cap_last_cap`) that crius itself holds
+/// (`CapEff`), as containerd does: a container cannot be given a capability its runtime lacks
+/// (where crius's root has no CAP_SYS_RESOURCE, as on some VMs and nested setups, asking for
+/// it fails the create with EPERM).
+pub(crate) fn all_caps(host: &HostFacts) -> Capabilities {
     ALL_CAPS
         .iter()
-        .filter(|(_, n)| *n <= last && held & (1u64 << n) != 0)
+        .filter(|(_, n)| *n <= host.cap_last_cap && host.held_caps & (1u64 << n) != 0)
         .map(|(c, _)| *c)
         .collect()
 }
 
-/// The effective capabilities of this process as a mask (all bits set when unreadable).
-fn held_mask() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(u64::MAX)
-}
-
 /// Refuses a named capability crius does not hold itself: libcontainer would fail the create
 /// with a bare "failed syscall".
-fn check_held(cap: Capability, name: &str) -> Result<Capability> {
-    let held = held_mask();
+fn check_held(cap: Capability, name: &str, host: &HostFacts) -> Result<Capability> {
     let known = ALL_CAPS.iter().find(|(c, _)| *c == cap).map(|(_, n)| *n);
     match known {
-        Some(n) if held & (1u64 << n) == 0 => Err(SpecError::invalid(format!(
+        Some(n) if host.held_caps & (1u64 << n) == 0 => Err(SpecError::invalid(format!(
             "capability {name} is not available: crius itself does not hold it on this node"
         ))),
         _ => Ok(cap),
@@ -139,22 +120,23 @@ fn is_all(name: &str) -> bool {
 pub(crate) fn container_caps(
     caps: Option<&CriCapability>,
     privileged: bool,
+    host: &HostFacts,
 ) -> Result<LinuxCapabilities> {
     if privileged {
-        let all = all_caps();
+        let all = all_caps(host);
         return sets(all.clone(), Capabilities::new(), Capabilities::new());
     }
     let mut main: Capabilities = DEFAULT_CAPS.iter().copied().collect();
     let mut ambient = Capabilities::new();
     if let Some(caps) = caps {
         if caps.add_capabilities.iter().any(|c| is_all(c)) {
-            main = all_caps();
+            main = all_caps(host);
         }
         if caps.drop_capabilities.iter().any(|c| is_all(c)) {
             main.clear();
         }
         for name in caps.add_capabilities.iter().filter(|c| !is_all(c)) {
-            main.insert(check_held(parse_cap(name)?, name)?);
+            main.insert(check_held(parse_cap(name)?, name, host)?);
         }
         for name in caps.drop_capabilities.iter().filter(|c| !is_all(c)) {
             main.remove(&parse_cap(name)?);
@@ -165,7 +147,7 @@ pub(crate) fn container_caps(
                     "add_ambient_capabilities ALL is not supported: name the capabilities",
                 ));
             }
-            let cap = check_held(parse_cap(name)?, name)?;
+            let cap = check_held(parse_cap(name)?, name, host)?;
             main.insert(cap);
             ambient.insert(cap);
         }
@@ -201,6 +183,11 @@ pub(crate) fn default_caps() -> Result<LinuxCapabilities> {
 mod tests {
     use super::*;
 
+    /// A node where crius holds every capability of a 5.9+ kernel.
+    fn host() -> HostFacts {
+        HostFacts::for_tests()
+    }
+
     fn cri(add: &[&str], drop: &[&str], ambient: &[&str]) -> CriCapability {
         CriCapability {
             add_capabilities: add.iter().map(|s| s.to_string()).collect(),
@@ -211,7 +198,7 @@ mod tests {
 
     #[test]
     fn default_set_is_containerds() {
-        let caps = container_caps(None, false).unwrap();
+        let caps = container_caps(None, false, &host()).unwrap();
         let bounding = caps.bounding().clone().unwrap();
         assert_eq!(bounding.len(), 14);
         assert!(bounding.contains(&Capability::NetRaw));
@@ -224,9 +211,6 @@ mod tests {
 
     #[test]
     fn add_and_drop_accept_any_case_and_prefix() {
-        if !crius_common::test_needs_root("add_and_drop_accept_any_case_and_prefix") {
-            return;
-        }
         let caps = container_caps(
             Some(&cri(
                 &["sys_admin", "CAP_NET_ADMIN"],
@@ -234,6 +218,7 @@ mod tests {
                 &[],
             )),
             false,
+            &host(),
         )
         .unwrap();
         let set = caps.effective().clone().unwrap();
@@ -246,27 +231,27 @@ mod tests {
 
     #[test]
     fn all_in_drop_then_add_named() {
-        if !crius_common::test_needs_root("all_in_drop_then_add_named") {
-            return;
-        }
-        let caps = container_caps(Some(&cri(&["NET_BIND_SERVICE"], &["ALL"], &[])), false).unwrap();
+        let caps = container_caps(
+            Some(&cri(&["NET_BIND_SERVICE"], &["ALL"], &[])),
+            false,
+            &host(),
+        )
+        .unwrap();
         let set = caps.bounding().clone().unwrap();
         assert_eq!(set.len(), 1);
         assert!(set.contains(&Capability::NetBindService));
 
-        let caps = container_caps(Some(&cri(&["all"], &["SYS_ADMIN"], &[])), false).unwrap();
+        let caps =
+            container_caps(Some(&cri(&["all"], &["SYS_ADMIN"], &[])), false, &host()).unwrap();
         let set = caps.permitted().clone().unwrap();
         assert!(set.contains(&Capability::SysPtrace));
         assert!(!set.contains(&Capability::SysAdmin));
-        assert_eq!(set.len(), all_caps().len() - 1);
+        assert_eq!(set.len(), all_caps(&host()).len() - 1);
     }
 
     #[test]
     fn ambient_goes_everywhere() {
-        if !crius_common::test_needs_root("ambient_goes_everywhere") {
-            return;
-        }
-        let caps = container_caps(Some(&cri(&[], &[], &["NET_ADMIN"])), false).unwrap();
+        let caps = container_caps(Some(&cri(&[], &[], &["NET_ADMIN"])), false, &host()).unwrap();
         for set in [
             caps.bounding(),
             caps.effective(),
@@ -280,22 +265,37 @@ mod tests {
 
     #[test]
     fn unknown_capability_is_invalid() {
-        let err = container_caps(Some(&cri(&["FLY"], &[], &[])), false).unwrap_err();
+        let err = container_caps(Some(&cri(&["FLY"], &[], &[])), false, &host()).unwrap_err();
         assert!(err.is_invalid_argument());
         assert_eq!(err.to_string(), "capability FLY is unknown");
     }
 
     #[test]
     fn privileged_gets_everything() {
-        if !crius_common::test_needs_root("privileged_gets_everything") {
-            return;
-        }
-        let caps = container_caps(Some(&cri(&[], &["ALL"], &[])), true).unwrap();
-        assert_eq!(caps.bounding().clone().unwrap(), all_caps());
+        let caps = container_caps(Some(&cri(&[], &["ALL"], &[])), true, &host()).unwrap();
+        assert_eq!(caps.bounding().clone().unwrap(), all_caps(&host()));
         assert!(caps
             .bounding()
             .clone()
             .unwrap()
             .contains(&Capability::SysAdmin));
+    }
+
+    #[test]
+    fn only_the_caps_crius_holds_and_the_kernel_knows() {
+        // crius holds CHOWN (0) and SYS_ADMIN (21); the kernel knows up to SYSLOG (34)
+        let node = HostFacts {
+            cap_last_cap: 34,
+            held_caps: 1 | 1 << 21 | 1 << 38,
+            ..HostFacts::for_tests()
+        };
+        let all = all_caps(&node);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert!(all.contains(&Capability::SysAdmin));
+        let err = container_caps(Some(&cri(&["NET_ADMIN"], &[], &[])), false, &node).unwrap_err();
+        assert!(err.is_invalid_argument());
+        assert!(err.to_string().contains("does not hold it"), "{err}");
+        let caps = container_caps(None, true, &node).unwrap();
+        assert_eq!(caps.bounding().clone().unwrap(), all);
     }
 }

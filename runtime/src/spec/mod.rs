@@ -1,9 +1,11 @@
 //! OCI runtime spec generation: CRI config + image config + defaults → `config.json`.
 //!
-//! Pure apart from reading files inside an image rootfs (`/etc/passwd`, `/etc/group`),
-//! `Localhost` seccomp profiles, CDI spec files (`/etc/cdi`, `/var/run/cdi`), device nodes
-//! (`stat`, and the `/dev` scan for privileged containers) and the AppArmor/SELinux/
-//! `cap_last_cap`/`CapEff` probes. Nothing is created or mounted.
+//! Pure apart from reading files a request names: inside an image rootfs (`/etc/passwd`,
+//! `/etc/group`), `Localhost` seccomp profiles, CDI spec files (`/etc/cdi`, `/var/run/cdi`),
+//! device nodes (`stat`, and the `/dev` scan for privileged containers), a `Localhost`
+//! AppArmor profile in the kernel's list and a sysctl's `/proc/sys` file. What the node is
+//! (LSMs, capabilities, hostname, cgroup version, `oom_score_adj` floor, hugetlb) comes in a
+//! [`HostFacts`], probed once at start. Nothing is created or mounted.
 //!
 //! # API
 //! - [`sandbox_spec`]`(&`[`SandboxSpecInput`]`) -> Result<Spec>`: the pause container.
@@ -27,9 +29,10 @@
 //!   [`seccomp::for_libcontainer`]: it reads masked-equality arguments the other way round
 //!   from runc); hand the spec to libcontainer, not to runc.
 //! - `oom_score_adj` is written as requested (the pause gets -998); `layout::write_spec`
-//!   clamps it to what crius may set: on a node where crius lacks CAP_SYS_RESOURCE, nothing
-//!   below crius's own value, so a container asking for -500 runs with crius's score (usually
-//!   0). It also drops hugepage limits on a node without a hugetlb controller.
+//!   clamps it to what crius may set ([`HostFacts::min_oom_score_adj`]): on a node where
+//!   crius lacks CAP_SYS_RESOURCE, nothing below crius's own value, so a container asking for
+//!   -500 runs with crius's score (usually 0). It also drops hugepage limits on a node without
+//!   a hugetlb controller.
 //!
 //! # Defaults worth knowing
 //! - Seccomp unset in both the `seccomp` and the deprecated `seccomp_profile_path` fields means
@@ -68,6 +71,7 @@ mod caps;
 pub mod cdi;
 mod devices;
 mod error;
+mod host;
 mod image;
 mod mounts;
 mod process;
@@ -91,6 +95,7 @@ use oci_spec::runtime::{
 };
 
 pub use error::{Result, SpecError};
+pub use host::HostFacts;
 /// The arguments and working directory of the process a container config makes from an image
 /// config (what the OCI spec's `process.args` and `process.cwd` will be): RestorePod checks
 /// them against the checkpointed process's.
@@ -105,7 +110,6 @@ pub fn process_args_cwd(
     ))
 }
 
-pub(crate) use mounts::host_cgroup_v1;
 pub(crate) use mounts::id_mappings;
 pub use resources::resources_to_oci;
 pub use signal::{cri_signal, stop_signal};
@@ -155,6 +159,8 @@ pub struct SandboxSpecInput<'a> {
     /// Whether crius's own path (libcontainer) runs the pause, see
     /// [`ContainerSpecInput::builtin`].
     pub builtin: bool,
+    /// What the node is (probed at start).
+    pub host: &'a HostFacts,
 }
 
 /// What a container in a pod needs.
@@ -194,6 +200,8 @@ pub struct ContainerSpecInput<'a> {
     /// Whether crius's own path (libcontainer) runs the container, so its workarounds apply
     /// (see `mounts::host_cgroup_bind`); an OCI runtime handler builds those mounts itself.
     pub builtin: bool,
+    /// What the node is (probed at start).
+    pub host: &'a HostFacts,
 }
 
 fn namespace(typ: LinuxNamespaceType, path: Option<PathBuf>) -> Result<LinuxNamespace> {
@@ -409,7 +417,7 @@ fn build_sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec> {
     let sc = sandbox_security(config);
     let ns = sc.and_then(|s| s.namespace_options.as_ref());
     let privileged = sc.is_some_and(|s| s.privileged);
-    let lsm = security::Lsm::detect();
+    let lsm = &input.host.lsm;
     security::check_selinux(sc.and_then(|s| s.selinux_options.as_ref()), lsm)?;
     let apparmor = security::apparmor_profile(
         sc.and_then(|s| s.apparmor.as_ref()),
@@ -690,7 +698,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
             "privileged container {name} is not allowed in a pod whose security context is not privileged"
         )));
     }
-    let lsm = security::Lsm::detect();
+    let lsm = &input.host.lsm;
     security::check_selinux(sc.and_then(|s| s.selinux_options.as_ref()), lsm)?;
     #[allow(deprecated)]
     let apparmor_deprecated = sc.map_or("", |s| s.apparmor_profile.as_str());
@@ -714,10 +722,8 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     let image = image::ImageConfig::new(input.image_config);
     let args = process::args(config, &image)?;
     // containerd's rule: a pod without a hostname (host network) sees the node's
-    let node_hostname;
     let hostname = if input.hostname.is_empty() {
-        node_hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        node_hostname.trim()
+        input.host.hostname.as_str()
     } else {
         input.hostname
     };
@@ -748,7 +754,11 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
             &gids,
         )?;
     }
-    let capabilities = caps::container_caps(sc.and_then(|s| s.capabilities.as_ref()), privileged)?;
+    let capabilities = caps::container_caps(
+        sc.and_then(|s| s.capabilities.as_ref()),
+        privileged,
+        input.host,
+    )?;
 
     let seccomp = if privileged {
         None
@@ -779,8 +789,7 @@ fn build_container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec> {
     }
 
     let mut namespaces = container_namespaces(input, pod_ns, ns, userns.is_some())?;
-    // One look at the node's hierarchy for the namespace, the cgroup mount and the weight.
-    let cgroup_v1 = mounts::host_cgroup_v1();
+    let cgroup_v1 = input.host.cgroup_v1;
     if wants_cgroup_namespace(privileged, !cgroup_v1) {
         namespaces.push(namespace(LinuxNamespaceType::Cgroup, None)?);
     }

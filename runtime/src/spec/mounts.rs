@@ -107,11 +107,6 @@ pub(crate) fn pause_mounts() -> Result<Vec<Mount>> {
         .collect())
 }
 
-/// Whether this node runs cgroup v1 (`/sys/fs/cgroup` is not the unified hierarchy).
-pub(crate) fn host_cgroup_v1() -> bool {
-    !Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
-}
-
 /// A recursive bind of the host's cgroup v1 tree at `/sys/fs/cgroup`, read-only (`rro`)
 /// unless `privileged`, to replace the `cgroup` mount of [`standard_mounts`] in a container
 /// that joins an existing PID namespace (the pod's or a TARGET's).

@@ -247,7 +247,7 @@ fn check_known(proc_sys: &Path, key: &str, name: &str, value: &str) -> Result<()
 
 /// Whether the kernel has AppArmor / SELinux enabled, and what became of crius's default
 /// AppArmor profile.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Lsm {
     pub apparmor: bool,
     pub apparmor_default: AppArmorDefault,
@@ -255,19 +255,25 @@ pub(crate) struct Lsm {
 }
 
 /// What a container that asks for RuntimeDefault gets on an AppArmor node.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AppArmorDefault {
     /// `crius-default`, loaded at start.
     Loaded,
     /// No profile: the node has no `apparmor_parser` to load it (containerd's rule).
     Unconfined,
-    /// Refused: loading it failed (or crius has not loaded it).
-    #[default]
-    Refused,
+    /// Refused, for this reason: loading it failed (or crius has not loaded it).
+    Refused(String),
+}
+
+impl Default for AppArmorDefault {
+    fn default() -> AppArmorDefault {
+        AppArmorDefault::Refused("crius has not loaded it".to_string())
+    }
 }
 
 impl Lsm {
-    /// Detects AppArmor (enabled and its securityfs present) and SELinux (`/sys/fs/selinux`).
+    /// Detects AppArmor (enabled and its securityfs present) and SELinux (`/sys/fs/selinux`),
+    /// and what `apparmor::load_default` made of the default profile.
     pub(crate) fn detect() -> Lsm {
         use crate::apparmor::DefaultProfile;
         Lsm {
@@ -275,7 +281,8 @@ impl Lsm {
             apparmor_default: match crate::apparmor::default_profile() {
                 Some(DefaultProfile::Loaded) => AppArmorDefault::Loaded,
                 Some(DefaultProfile::NoParser) => AppArmorDefault::Unconfined,
-                Some(DefaultProfile::Failed(_)) | None => AppArmorDefault::Refused,
+                Some(DefaultProfile::Failed(why)) => AppArmorDefault::Refused(why.clone()),
+                None => AppArmorDefault::default(),
             },
             selinux: Path::new("/sys/fs/selinux/enforce").exists(),
         }
@@ -354,7 +361,7 @@ pub(crate) fn apparmor_profile(
     deprecated: &str,
     privileged: bool,
     unset_is_default: bool,
-    lsm: Lsm,
+    lsm: &Lsm,
 ) -> Result<Option<String>> {
     let choice = apparmor_choice(profile, deprecated)?;
     if !lsm.apparmor {
@@ -370,16 +377,12 @@ pub(crate) fn apparmor_profile(
         AppArmorChoice::Unconfined => Ok(None),
         AppArmorChoice::Unset if !unset_is_default => Ok(None),
         AppArmorChoice::Unset | AppArmorChoice::RuntimeDefault if privileged => Ok(None),
-        AppArmorChoice::Unset | AppArmorChoice::RuntimeDefault => match lsm.apparmor_default {
+        AppArmorChoice::Unset | AppArmorChoice::RuntimeDefault => match &lsm.apparmor_default {
             AppArmorDefault::Loaded => Ok(Some(crate::apparmor::DEFAULT_PROFILE.to_string())),
             AppArmorDefault::Unconfined => Ok(None),
-            AppArmorDefault::Refused => Err(SpecError::Node(format!(
-                "the RuntimeDefault AppArmor profile {} is not loaded: {}",
+            AppArmorDefault::Refused(why) => Err(SpecError::Node(format!(
+                "the RuntimeDefault AppArmor profile {} is not loaded: {why}",
                 crate::apparmor::DEFAULT_PROFILE,
-                match crate::apparmor::default_profile() {
-                    Some(crate::apparmor::DefaultProfile::Failed(why)) => why.as_str(),
-                    _ => "crius has not loaded it",
-                }
             ))),
         },
         AppArmorChoice::Localhost(name) => {
@@ -405,7 +408,7 @@ pub(crate) fn apparmor_profile(
 /// Checks the SELinux request. On a node without SELinux a label is ignored, as containerd and
 /// CRI-O do, so that ordinary manifests carrying `seLinuxOptions` run; with SELinux enabled a
 /// label is refused, because crius does not apply SELinux labels yet.
-pub(crate) fn check_selinux(options: Option<&SeLinuxOption>, lsm: Lsm) -> Result<()> {
+pub(crate) fn check_selinux(options: Option<&SeLinuxOption>, lsm: &Lsm) -> Result<()> {
     let Some(o) = options else { return Ok(()) };
     if o.user.is_empty() && o.role.is_empty() && o.r#type.is_empty() && o.level.is_empty() {
         return Ok(());
@@ -554,50 +557,50 @@ mod tests {
     #[test]
     fn apparmor_and_selinux_without_the_lsm() {
         let none = Lsm::default();
-        let pick = |p: Option<&SecurityProfile>, d: &str, privileged: bool, lsm: Lsm| {
+        let pick = |p: Option<&SecurityProfile>, d: &str, privileged: bool, lsm: &Lsm| {
             apparmor_profile(p, d, privileged, true, lsm)
         };
-        assert_eq!(pick(None, "", false, none).unwrap(), None);
-        assert_eq!(pick(None, "runtime/default", false, none).unwrap(), None);
+        assert_eq!(pick(None, "", false, &none).unwrap(), None);
+        assert_eq!(pick(None, "runtime/default", false, &none).unwrap(), None);
         let rd = SecurityProfile::default();
-        assert_eq!(pick(Some(&rd), "", false, none).unwrap(), None);
+        assert_eq!(pick(Some(&rd), "", false, &none).unwrap(), None);
         let lh = SecurityProfile {
             profile_type: ProfileType::Localhost as i32,
             localhost_ref: "my-profile".into(),
         };
-        let err = pick(Some(&lh), "", false, none).unwrap_err();
+        let err = pick(Some(&lh), "", false, &none).unwrap_err();
         assert!(err.is_invalid_argument());
         assert!(err.to_string().contains("my-profile"));
-        assert!(pick(None, "localhost/other", false, none).is_err());
-        let err = pick(None, "other", false, none).unwrap_err().to_string();
+        assert!(pick(None, "localhost/other", false, &none).is_err());
+        let err = pick(None, "other", false, &none).unwrap_err().to_string();
         assert!(err.contains("apparmor_profile \"other\""), "{err}");
         let stray = SecurityProfile {
             profile_type: ProfileType::RuntimeDefault as i32,
             localhost_ref: "x".into(),
         };
-        assert!(pick(Some(&stray), "", false, none)
+        assert!(pick(Some(&stray), "", false, &none)
             .unwrap_err()
             .is_invalid_argument());
         let nameless = SecurityProfile {
             profile_type: ProfileType::Localhost as i32,
             localhost_ref: String::new(),
         };
-        assert!(pick(Some(&nameless), "", false, none).is_err());
+        assert!(pick(Some(&nameless), "", false, &none).is_err());
 
-        assert!(check_selinux(None, none).is_ok());
-        assert!(check_selinux(Some(&SeLinuxOption::default()), none).is_ok());
+        assert!(check_selinux(None, &none).is_ok());
+        assert!(check_selinux(Some(&SeLinuxOption::default()), &none).is_ok());
         let label = SeLinuxOption {
             level: "s0:c1,c2".into(),
             ..Default::default()
         };
         // Ignored where SELinux is off (containerd and CRI-O do the same); refused where it is
         // on, since crius applies no labels.
-        assert!(check_selinux(Some(&label), none).is_ok());
+        assert!(check_selinux(Some(&label), &none).is_ok());
         let on = Lsm {
             selinux: true,
             ..Lsm::default()
         };
-        let err = check_selinux(Some(&label), on).unwrap_err();
+        let err = check_selinux(Some(&label), &on).unwrap_err();
         assert!(err.to_string().contains("s0:c1,c2"));
     }
 
@@ -617,52 +620,55 @@ mod tests {
         };
         // a container: unset and RuntimeDefault get the default, unless privileged
         assert_eq!(
-            apparmor_profile(None, "", false, true, loaded).unwrap(),
+            apparmor_profile(None, "", false, true, &loaded).unwrap(),
             default
         );
         assert_eq!(
-            apparmor_profile(Some(&rd), "", false, true, loaded).unwrap(),
+            apparmor_profile(Some(&rd), "", false, true, &loaded).unwrap(),
             default
         );
         assert_eq!(
-            apparmor_profile(None, "runtime/default", false, true, loaded).unwrap(),
+            apparmor_profile(None, "runtime/default", false, true, &loaded).unwrap(),
             default
         );
         assert_eq!(
-            apparmor_profile(Some(&rd), "", true, true, loaded).unwrap(),
+            apparmor_profile(Some(&rd), "", true, true, &loaded).unwrap(),
             None
         );
         assert_eq!(
-            apparmor_profile(Some(&unconfined), "", false, true, loaded).unwrap(),
+            apparmor_profile(Some(&unconfined), "", false, true, &loaded).unwrap(),
             None
         );
         assert_eq!(
-            apparmor_profile(None, "unconfined", false, true, loaded).unwrap(),
+            apparmor_profile(None, "unconfined", false, true, &loaded).unwrap(),
             None
         );
         // the field wins over the deprecated string
         assert_eq!(
-            apparmor_profile(Some(&unconfined), "runtime/default", false, true, loaded).unwrap(),
+            apparmor_profile(Some(&unconfined), "runtime/default", false, true, &loaded).unwrap(),
             None
         );
         // a pod's pause: unset stays unconfined
         assert_eq!(
-            apparmor_profile(None, "", false, false, loaded).unwrap(),
+            apparmor_profile(None, "", false, false, &loaded).unwrap(),
             None
         );
         assert_eq!(
-            apparmor_profile(Some(&rd), "", false, false, loaded).unwrap(),
+            apparmor_profile(Some(&rd), "", false, false, &loaded).unwrap(),
             default
         );
         // no parser on the node: unconfined; a failed load: refused, not run unconfined
         let no_parser = with(AppArmorDefault::Unconfined);
         assert_eq!(
-            apparmor_profile(Some(&rd), "", false, true, no_parser).unwrap(),
+            apparmor_profile(Some(&rd), "", false, true, &no_parser).unwrap(),
             None
         );
-        let failed = with(AppArmorDefault::Refused);
-        let err = apparmor_profile(Some(&rd), "", false, true, failed).unwrap_err();
+        let failed = with(AppArmorDefault::Refused(
+            "apparmor_parser exit status 1".into(),
+        ));
+        let err = apparmor_profile(Some(&rd), "", false, true, &failed).unwrap_err();
         assert!(matches!(err, SpecError::Node(_)), "{err}");
         assert!(err.to_string().contains("crius-default"), "{err}");
+        assert!(err.to_string().contains("exit status 1"), "{err}");
     }
 }

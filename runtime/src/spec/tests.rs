@@ -10,6 +10,9 @@ use crius_api::v1::{
 use oci_spec::runtime::{Capability, LinuxSeccompAction};
 use serde_json::json;
 
+/// The node the specs are built for: cgroup v2, every capability held, no LSM, `node-1`.
+static HOST: std::sync::LazyLock<HostFacts> = std::sync::LazyLock::new(HostFacts::for_tests);
+
 struct Fixture {
     rootfs: tempfile::TempDir,
     image: serde_json::Value,
@@ -116,6 +119,7 @@ fn input<'a>(
         shm_dir: Some(Path::new("/run/crius/s1/shm")),
         host_devices_for_privileged: true,
         builtin: true,
+        host: &HOST,
     }
 }
 
@@ -292,8 +296,11 @@ fn namespaces_per_mode() {
     let spec = container_spec(&i).unwrap();
     assert_eq!(
         ns_of(&spec),
-        vec![(LinuxNamespaceType::Mount, None)],
-        "host network, PID and IPC join nothing"
+        vec![
+            (LinuxNamespaceType::Mount, None),
+            (LinuxNamespaceType::Cgroup, None)
+        ],
+        "host network, PID and IPC join nothing (a cgroup v2 node gives a cgroup namespace)"
     );
 
     let target = with(NamespaceOption {
@@ -371,9 +378,6 @@ fn user_namespace_mappings() {
 
 #[test]
 fn privileged_needs_a_privileged_pod() {
-    if !crius_common::test_needs_root("privileged_needs_a_privileged_pod") {
-        return;
-    }
     let f = fixture();
     let config = container(LinuxContainerSecurityContext {
         privileged: true,
@@ -428,9 +432,6 @@ fn privileged_needs_a_privileged_pod() {
 
 #[test]
 fn runtime_default_seccomp_follows_capabilities() {
-    if !crius_common::test_needs_root("runtime_default_seccomp_follows_capabilities") {
-        return;
-    }
     let f = fixture();
     let sandbox = pod(NamespaceOption::default(), false);
     let config = container(LinuxContainerSecurityContext {
@@ -608,6 +609,7 @@ fn sandbox_input(config: &PodSandboxConfig) -> SandboxSpecInput<'_> {
         shm_dir: Some(Path::new("/run/crius/s1/shm")),
         userns_path: None,
         builtin: true,
+        host: &HOST,
     }
 }
 
@@ -721,9 +723,19 @@ fn sandbox_refuses_non_namespaced_sysctls_and_ignores_selinux_labels_without_sel
             ..Default::default()
         });
     }
-    if !security::Lsm::detect().selinux {
-        assert!(sandbox_spec(&sandbox_input(&config)).is_ok());
-    }
+    assert!(sandbox_spec(&sandbox_input(&config)).is_ok());
+    let selinux = HostFacts {
+        lsm: security::Lsm {
+            selinux: true,
+            ..security::Lsm::default()
+        },
+        ..HostFacts::for_tests()
+    };
+    let on_selinux = SandboxSpecInput {
+        host: &selinux,
+        ..sandbox_input(&config)
+    };
+    assert!(sandbox_spec(&on_selinux).unwrap_err().is_invalid_argument());
     if let Some(sc) = config
         .linux
         .as_mut()
@@ -972,15 +984,18 @@ fn cri_annotations_cannot_override_crius_ones() {
         spec.annotations().as_ref().unwrap()[annotations::SANDBOX_ID],
         "s1"
     );
-    let node = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let env = spec.process().as_ref().unwrap().env().clone().unwrap();
-    assert!(env.contains(&format!("HOSTNAME={}", node.trim())));
+    assert!(env.contains(&"HOSTNAME=node-1".to_string()), "{env:?}");
 }
 
 #[test]
 fn joined_pid_namespace_binds_the_host_cgroup_tree() {
     let f = fixture();
-    let cgroup_mount = |pid: NamespaceMode, privileged: bool| {
+    let v1 = HostFacts {
+        cgroup_v1: true,
+        ..HostFacts::for_tests()
+    };
+    let cgroup_mount = |pid: NamespaceMode, privileged: bool, host: &HostFacts| {
         let ns = NamespaceOption {
             pid: pid as i32,
             ..Default::default()
@@ -990,7 +1005,11 @@ fn joined_pid_namespace_binds_the_host_cgroup_tree() {
             privileged,
             ..Default::default()
         });
-        let spec = container_spec(&input(&f, &config, &sandbox)).unwrap();
+        let spec = container_spec(&ContainerSpecInput {
+            host,
+            ..input(&f, &config, &sandbox)
+        })
+        .unwrap();
         let mounts = spec.mounts().clone().unwrap();
         let found: Vec<_> = mounts
             .iter()
@@ -1000,45 +1019,51 @@ fn joined_pid_namespace_binds_the_host_cgroup_tree() {
         assert_eq!(found.len(), 1);
         found[0].clone()
     };
-    let own = cgroup_mount(NamespaceMode::Container, false);
-    assert_eq!(own.typ().as_deref(), Some("cgroup"));
-    if mounts::host_cgroup_v1() {
-        let shared = cgroup_mount(NamespaceMode::Pod, false);
-        assert_eq!(shared.typ().as_deref(), Some("bind"));
-        assert_eq!(
-            shared.source().as_deref(),
-            Some(Path::new("/sys/fs/cgroup"))
-        );
-        assert!(shared.options().clone().unwrap().contains(&"rro".into()));
-        let privileged = cgroup_mount(NamespaceMode::Pod, true);
-        assert!(privileged.options().clone().unwrap().contains(&"rw".into()));
+    for host in [&v1, &HOST] {
+        let own = cgroup_mount(NamespaceMode::Container, false, host);
+        assert_eq!(own.typ().as_deref(), Some("cgroup"));
     }
+    // on cgroup v2 the pod's PID namespace changes nothing
+    let shared = cgroup_mount(NamespaceMode::Pod, false, &HOST);
+    assert_eq!(shared.typ().as_deref(), Some("cgroup"));
+    let shared = cgroup_mount(NamespaceMode::Pod, false, &v1);
+    assert_eq!(shared.typ().as_deref(), Some("bind"));
+    assert_eq!(
+        shared.source().as_deref(),
+        Some(Path::new("/sys/fs/cgroup"))
+    );
+    assert!(shared.options().clone().unwrap().contains(&"rro".into()));
+    let privileged = cgroup_mount(NamespaceMode::Pod, true, &v1);
+    assert!(privileged.options().clone().unwrap().contains(&"rw".into()));
 }
 
 #[test]
 fn all_capabilities_are_the_ones_crius_holds() {
-    let held = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
-        .unwrap();
     let f = fixture();
     let sandbox = pod(NamespaceOption::default(), true);
     let config = container(LinuxContainerSecurityContext {
         privileged: true,
         ..Default::default()
     });
-    let spec = container_spec(&input(&f, &config, &sandbox)).unwrap();
-    let caps = spec
-        .process()
-        .as_ref()
-        .unwrap()
-        .capabilities()
-        .clone()
+    let bounding = |host: &HostFacts| {
+        let spec = container_spec(&ContainerSpecInput {
+            host,
+            ..input(&f, &config, &sandbox)
+        })
         .unwrap();
-    let bounding = caps.bounding().clone().unwrap();
-    assert_eq!(bounding.len() as u32, held.count_ones().min(41));
+        let caps = spec.process().clone().unwrap().capabilities().clone();
+        caps.unwrap().bounding().clone().unwrap()
+    };
+    assert_eq!(bounding(&HOST).len(), 41);
+    // a kernel that knows up to CAP_SYSLOG (34), crius without CAP_SYS_ADMIN (21)
+    let lesser = HostFacts {
+        cap_last_cap: 34,
+        held_caps: !(1 << 21),
+        ..HostFacts::for_tests()
+    };
+    let caps = bounding(&lesser);
+    assert_eq!(caps.len(), 34);
+    assert!(!caps.contains(&Capability::SysAdmin));
 }
 
 #[test]
@@ -1063,21 +1088,30 @@ fn cgroup_namespace_for_unprivileged_containers_on_cgroup_v2() {
     assert!(!wants_cgroup_namespace(true, true));
     assert!(!wants_cgroup_namespace(false, false));
     assert!(!wants_cgroup_namespace(true, false));
-    // The spec follows this node's hierarchy: a v2 node (the node VM) shows the namespace, a
-    // v1 hybrid node (this project's machines) does not.
+    // The spec follows the node's hierarchy: a v2 node shows the namespace, a v1 one not.
     let f = fixture();
-    for privileged in [false, true] {
-        let sandbox = pod(NamespaceOption::default(), privileged);
-        let config = container(LinuxContainerSecurityContext {
-            privileged,
-            ..Default::default()
-        });
-        let spec = container_spec(&input(&f, &config, &sandbox)).unwrap();
-        let expected = (!privileged && !mounts::host_cgroup_v1()).then_some(None);
-        assert_eq!(
-            ns_path(&spec, LinuxNamespaceType::Cgroup),
-            expected,
-            "privileged: {privileged}"
-        );
+    let v1 = HostFacts {
+        cgroup_v1: true,
+        ..HostFacts::for_tests()
+    };
+    for (host, cgroup_v1) in [(&*HOST, false), (&v1, true)] {
+        for privileged in [false, true] {
+            let sandbox = pod(NamespaceOption::default(), privileged);
+            let config = container(LinuxContainerSecurityContext {
+                privileged,
+                ..Default::default()
+            });
+            let spec = container_spec(&ContainerSpecInput {
+                host,
+                ..input(&f, &config, &sandbox)
+            })
+            .unwrap();
+            let expected = (!privileged && !cgroup_v1).then_some(None);
+            assert_eq!(
+                ns_path(&spec, LinuxNamespaceType::Cgroup),
+                expected,
+                "privileged: {privileged}, cgroup v1: {cgroup_v1}"
+            );
+        }
     }
 }

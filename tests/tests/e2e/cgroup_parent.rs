@@ -37,7 +37,7 @@ fn limits(cgroup: &str) -> (String, String) {
 async fn pod_limits_go_below_a_foreign_cgroup_parent_never_into_it() {
     // Declared first, dropped last: crius has removed its pods by then.
     let parent = HostCgroup::new("crius-e2e54-shared.slice");
-    let mut env = Env::new(54).await;
+    let mut env = Env::new().await;
     let before = limits(&parent.name);
 
     let mut config = env.pod_config("foreign-parent", true);
@@ -96,7 +96,7 @@ async fn pod_limits_go_below_a_foreign_cgroup_parent_never_into_it() {
 
 #[tokio::test]
 async fn a_bad_cgroup_parent_is_refused_at_the_door() {
-    let env = Env::new(55).await;
+    let env = Env::new().await;
     let huge = format!("/{}", "kubepods/".repeat(1 << 17));
     for (value, why) in [
         ("/kubepods/../../etc", "`..`"),

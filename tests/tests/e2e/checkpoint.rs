@@ -77,7 +77,7 @@ fn entry(archive: &Path, name: &str) -> Vec<u8> {
 async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
     let _turn = common::checkpoints::criu_turn().await;
     let cgroup2 = common::checkpoints::cgroup2_options();
-    let mut env = Env::with_image_and_config(75, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     let ck = checkpoint_info(&env).await;
     assert_eq!(ck["handlers"]["runc"], "checkpoint, restore", "{ck}");
     assert_eq!(
@@ -204,7 +204,7 @@ async fn a_counter_is_checkpointed_and_restored_into_another_pod() {
 #[tokio::test]
 async fn the_builtin_handler_checkpoints_and_its_pods_restore_through_runc() {
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image_and_config(76, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     let config = pod_config(&env, "ck-builtin");
     let pod = env.run_pod(config.clone()).await;
     let id = env.create_start(&pod, &config, counter(&env)).await;
@@ -292,7 +292,7 @@ async fn the_builtin_handler_checkpoints_and_its_pods_restore_through_runc() {
 #[tokio::test]
 async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image_and_config(77, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     let config = pod_config(&env, "ck-big");
     let pod = env.run_pod_with_handler(config.clone(), "runc").await;
     let c = big_shell(&env);
@@ -389,7 +389,7 @@ async fn a_too_short_timeout_leaves_the_container_running_and_no_archive() {
 
 #[tokio::test]
 async fn bad_checkpoint_requests_are_refused_by_field() {
-    let mut env = Env::with_image_and_config(78, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     let config = pod_config(&env, "ck-bad");
     let pod = env.run_pod(config.clone()).await;
     let created = env.create(&pod, &config, counter(&env)).await;
@@ -518,7 +518,7 @@ async fn the_default_criu_path_finds_the_criu_make_run_installs() {
         return;
     }
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image(132).await;
+    let mut env = Env::with_image().await;
     let ck = checkpoint_info(&env).await;
     let criu = ck["criu"].as_str().unwrap_or_else(|| panic!("{ck}"));
     if !system_works {
@@ -539,7 +539,7 @@ async fn the_default_criu_path_finds_the_criu_make_run_installs() {
 
 #[tokio::test]
 async fn without_criu_checkpoints_fail_naming_the_package() {
-    let mut env = Env::with_image_and_config(79, "[runtime]\ncriu_path = \"no-such-criu\"\n").await;
+    let mut env = Env::with_image_and_config("[runtime]\ncriu_path = \"no-such-criu\"\n").await;
     let ck = checkpoint_info(&env).await;
     assert_eq!(ck["handlers"]["runc"], "none", "{ck}");
     assert!(
@@ -620,7 +620,7 @@ async fn checkpointed_counter(
 #[tokio::test]
 async fn crun_checkpoints_as_its_build_allows() {
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image_and_config(69, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     let status = env
         .rt()
         .status(StatusRequest { verbose: true })
@@ -686,7 +686,7 @@ async fn crun_checkpoints_as_its_build_allows() {
 #[tokio::test]
 async fn a_checkpoint_image_restores_like_its_archive() {
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image_and_config(114, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     let (archive, at_checkpoint) = checkpointed_counter(&mut env, "ck-img-a", "runc", false).await;
 
     // The archive (an uncompressed tar) is the layer as it is.
@@ -751,7 +751,7 @@ async fn a_checkpoint_image_restores_like_its_archive() {
 #[tokio::test]
 async fn terminal_containers_round_trip() {
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image_and_config(115, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     for h in ["runc", "crius"] {
         let (name_a, name_b) = (format!("ck-tty-{h}"), format!("ck-tty-{h}-b"));
         let (archive, at_checkpoint) = checkpointed_counter(&mut env, &name_a, h, true).await;

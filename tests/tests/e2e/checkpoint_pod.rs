@@ -303,7 +303,7 @@ async fn a_pod_of_two_counters_round_trips_through_checkpoint_pod_and_restore_po
     // CRIU's runs reset the cgroup2 mount's options; each crius puts back what it saw, which
     // another crius's run in between would spoil for the tests after this binary.
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image_and_config(104, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     let ck = checkpoint_info(&env).await;
     assert_eq!(ck["pods"], "CheckpointPod, RestorePod", "{ck}");
     round_trip(&mut env, "runc", "ckp-runc").await;
@@ -315,7 +315,7 @@ async fn the_builtin_handler_checkpoints_a_pod_from_its_frozen_cgroups() {
     // CRIU's runs reset the cgroup2 mount's options; each crius puts back what it saw, which
     // another crius's run in between would spoil for the tests after this binary.
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image_and_config(107, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     round_trip(&mut env, "", "ckp-builtin").await;
     env.assert_no_leaks().await;
 }
@@ -324,7 +324,7 @@ async fn the_builtin_handler_checkpoints_a_pod_from_its_frozen_cgroups() {
 async fn bad_pod_checkpoint_requests_are_refused_by_field_and_leave_nothing() {
     // Some of its requests reach CRIU (see above).
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image_and_config(105, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     let config = pod_config(&env, "ckp-bad");
     let pod = env.run_pod_with_handler(config.clone(), "runc").await;
     let running = env
@@ -730,7 +730,7 @@ async fn a_too_short_deadline_leaves_the_pod_running_thawed_and_output_path_empt
     // CRIU's runs reset the cgroup2 mount's options; each crius puts back what it saw, which
     // another crius's run in between would spoil for the tests after this binary.
     let _turn = common::checkpoints::criu_turn().await;
-    let mut env = Env::with_image_and_config(106, &criu_config()).await;
+    let mut env = Env::with_image_and_config(&criu_config()).await;
     let config = pod_config(&env, "ckp-late");
     let pod = env.run_pod_with_handler(config.clone(), "runc").await;
     let big = big_shell(&env);

@@ -26,7 +26,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 
 #[tokio::test]
 async fn pod_with_two_containers_full_lifecycle() {
-    let mut env = Env::with_image(20).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("two", true);
     let pod = env.run_pod(pod_config.clone()).await;
 
@@ -181,7 +181,7 @@ async fn pod_with_two_containers_full_lifecycle() {
 
 #[tokio::test]
 async fn exit_codes_and_reasons() {
-    let mut env = Env::with_image(21).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("exits", true);
     let pod = env.run_pod(pod_config.clone()).await;
 
@@ -216,7 +216,7 @@ async fn exit_codes_and_reasons() {
 
 #[tokio::test]
 async fn stop_timeouts() {
-    let mut env = Env::with_image(22).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("stops", true);
     let pod = env.run_pod(pod_config.clone()).await;
 
@@ -296,7 +296,7 @@ async fn stop_timeouts() {
 
 #[tokio::test]
 async fn exec_sync() {
-    let mut env = Env::with_image(23).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("exec", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let c = env
@@ -397,7 +397,7 @@ async fn exec_sync() {
 
 #[tokio::test]
 async fn container_name_is_reserved_until_removal() {
-    let mut env = Env::with_image(24).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("names", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let config = env.container_config("dup", &["sleep", "1000"]);
@@ -430,7 +430,7 @@ async fn container_name_is_reserved_until_removal() {
 
 #[tokio::test]
 async fn short_name_pull_through_mirror() {
-    let mut env = Env::new(25).await;
+    let mut env = Env::new().await;
     // `busybox` is docker.io/library/busybox:latest, which the hosts dir sends to the local
     // registry.
     let image_ref = env.pull("busybox").await;
@@ -459,7 +459,7 @@ async fn short_name_pull_through_mirror() {
 
 #[tokio::test]
 async fn reopen_log_continues_in_a_new_file() {
-    let mut env = Env::with_image(26).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("reopen", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let cmd = "i=0; while true; do echo line-$i; i=$((i+1)); sleep 0.05; done";
@@ -497,7 +497,7 @@ async fn reopen_log_continues_in_a_new_file() {
 
 #[tokio::test]
 async fn pod_files_namespaces_and_tty() {
-    let mut env = Env::with_image(27).await;
+    let mut env = Env::with_image().await;
     let mut pod_config = env.pod_config("files", false);
     pod_config.hostname = "crius-e2e-host".into();
     pod_config.dns_config = Some(DnsConfig {
@@ -601,7 +601,7 @@ async fn pod_files_namespaces_and_tty() {
 
 #[tokio::test]
 async fn lifecycle_edges() {
-    let mut env = Env::with_image(28).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("edges", true);
     let pod = env.run_pod(pod_config.clone()).await;
 
@@ -707,7 +707,7 @@ async fn lifecycle_edges() {
 
 #[tokio::test]
 async fn long_and_unterminated_log_lines() {
-    let mut env = Env::with_image(29).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("long", true);
     let pod = env.run_pod(pod_config.clone()).await;
     // 40000 'a' and a newline on stdout, then "tail" with no newline at all on stderr.
@@ -773,7 +773,7 @@ fn pod_processes_running(pod: &str, needle: &str) -> Vec<i32> {
 /// as containerd does: a probe that timed out leaves nothing running.
 #[tokio::test]
 async fn exec_sync_ends_with_its_client() {
-    let mut env = Env::with_image(33).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("exec-cancel", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let c = env
@@ -843,7 +843,7 @@ async fn exec_sync_ends_with_its_client() {
 /// create, may reach crius before StartContainer records the start, and must not be undone.
 #[tokio::test]
 async fn quick_exits_are_never_lost_to_the_start() {
-    let mut env = Env::with_image(34).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("quick", true);
     let pod = env.run_pod(pod_config.clone()).await;
     for i in 0..30 {
@@ -867,7 +867,7 @@ async fn quick_exits_are_never_lost_to_the_start() {
 /// flooding one, all answer (the times are printed, not asserted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_flood_leaves_the_shim_responsive() {
-    let mut env = Env::with_image(35).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("flood", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let flood = env
@@ -918,7 +918,7 @@ async fn a_log_flood_leaves_the_shim_responsive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_containers_sends_bounded_chunks() {
     use tokio_stream::StreamExt as _;
-    let mut env = Env::with_image(36).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("many", true);
     let pod = env.run_pod(pod_config.clone()).await;
     for i in 0..70 {
@@ -960,7 +960,7 @@ async fn stream_containers_sends_bounded_chunks() {
 /// size, not at the 16 KiB default.
 #[tokio::test]
 async fn configured_max_log_line_size() {
-    let mut env = Env::with_config(32, "[runtime]\nmax_container_log_line_size = 100\n").await;
+    let mut env = Env::with_config("[runtime]\nmax_container_log_line_size = 100\n").await;
     let pushed = env.pushed.clone();
     env.pull(&pushed.reference).await;
     let pod_config = env.pod_config("short-lines", true);
@@ -991,7 +991,7 @@ async fn configured_max_log_line_size() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_stop_and_remove() {
-    let mut env = Env::with_image(30).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("racy", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let mut ids = Vec::new();
@@ -1064,7 +1064,7 @@ async fn concurrent_stop_and_remove() {
 
 #[tokio::test]
 async fn exec_ends_with_its_container() {
-    let mut env = Env::with_image(31).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("exec-stop", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let c = env
@@ -1121,7 +1121,7 @@ fn container_cgroups(pod: &str, id: &str) -> Vec<std::path::PathBuf> {
 /// status with the exit code, the log, the writable layer's usage; the removal then finishes.
 #[tokio::test]
 async fn exited_containers_give_back_mounts_and_cgroups() {
-    let mut env = Env::with_image(125).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("release", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let done = env
@@ -1226,7 +1226,7 @@ fn standby_helpers(shim: i32) -> Vec<i32> {
 /// started (kubelet creates the pod's next one then); the create takes it, an exec does not.
 #[tokio::test]
 async fn a_helper_waits_ahead_of_the_next_create() {
-    let mut env = Env::with_image(128).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("ahead", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let shim = env.shim_pid(&pod);
@@ -1286,7 +1286,7 @@ fn pod_cgroup_children(pod: &str) -> Vec<String> {
 /// a create that fails before the shim has it, or in the shim, leaves none behind.
 #[tokio::test]
 async fn a_failed_create_leaves_no_cgroup() {
-    let mut env = Env::with_image(130).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("failed-cgroup", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let before = pod_cgroup_children(&pod);
@@ -1325,7 +1325,7 @@ async fn a_failed_create_leaves_no_cgroup() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_is_reported_by_the_name_the_user_gave() {
     use tokio_stream::StreamExt as _;
-    let mut env = Env::with_image(133).await;
+    let mut env = Env::with_image().await;
     let mut events = env
         .rt()
         .get_container_events(GetEventsRequest {})

@@ -350,7 +350,7 @@ fn seed() -> u64 {
 
 #[tokio::test]
 async fn crius_killed_at_random_moments_keeps_what_it_said_and_leaves_nothing() {
-    let mut env = Env::with_image(108).await;
+    let mut env = Env::with_image().await;
     let seed = seed();
     println!("CRIUS_CRASH_SEED={seed}");
     let mut rng = Rng(seed);

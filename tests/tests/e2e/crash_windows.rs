@@ -34,7 +34,7 @@ async fn shim_of(env: &Env, pod: &str) -> (std::fs::File, ShimClient) {
 /// left behind.
 #[tokio::test]
 async fn a_stop_or_remove_the_database_missed_is_settled() {
-    let mut env = Env::with_image(56).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("window-rm", false);
     let pod = env.run_pod(config.clone()).await;
     let stopped = env
@@ -78,7 +78,7 @@ async fn a_stop_or_remove_the_database_missed_is_settled() {
 /// StartContainer refuses a second start and StopContainer really stops it.
 #[tokio::test]
 async fn a_start_the_database_missed_is_recovered_from_the_shim() {
-    let mut env = Env::with_image(49).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("window", false);
     let pod = env.run_pod(config.clone()).await;
     let c = env
@@ -135,7 +135,7 @@ async fn a_start_the_database_missed_is_recovered_from_the_shim() {
 /// the shim: the container is RUNNING with its start time, and stops for real.
 #[tokio::test]
 async fn a_start_crius_died_right_after_is_still_running_after_a_restart() {
-    let mut env = Env::with_image(126).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("unflushed", false);
     let pod = env.run_pod(config.clone()).await;
     let worker = env.container_config("worker", &["sleep", "1000"]);
@@ -166,7 +166,7 @@ async fn a_start_crius_died_right_after_is_still_running_after_a_restart() {
 async fn a_create_crius_died_right_after_is_kept_after_a_restart() {
     const ADOPTED_CREATE: &str = "the shim created this container before crius recorded it";
     const ADOPTED_START: &str = "the shim started this container before crius recorded it";
-    let mut env = Env::with_image(127).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("unflushed-create", false);
     let pod = env.run_pod(config.clone()).await;
     // The kill has to come before the flush: tried again if this machine was too slow.
@@ -215,7 +215,7 @@ async fn a_create_crius_died_right_after_is_kept_after_a_restart() {
 /// crius killed later does not see it again.
 #[tokio::test]
 async fn a_remove_crius_died_right_after_is_undone_and_done_again() {
-    let mut env = Env::with_image(131).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("unflushed-remove", false);
     let pod = env.run_pod(config.clone()).await;
     // The kill has to come before the flush: tried again if this machine was too slow.
@@ -279,7 +279,7 @@ async fn refuses_a_second_start_and_stops(env: &Env, c: &str) {
 /// container.
 #[tokio::test]
 async fn what_a_create_left_without_its_record_is_removed_at_start() {
-    let mut env = Env::with_image(129).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("unrecorded", false);
     let pod = env.run_pod(config.clone()).await;
     let kept = env

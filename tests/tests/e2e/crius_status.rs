@@ -38,7 +38,7 @@ fn status_of(socket: &Path) -> String {
 
 #[tokio::test]
 async fn status_reports_version_uptime_config_and_counts_by_state() {
-    let mut env = Env::with_image(58).await;
+    let mut env = Env::with_image().await;
     let socket = env.crius.socket();
     let config = env.crius.config_path();
 

@@ -38,7 +38,7 @@ fn kinds(events: &[ContainerEventResponse]) -> Seen {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_see_the_lifecycle_in_order() {
-    let mut env = Env::with_image(19).await;
+    let mut env = Env::with_image().await;
     let subscribe = |env: &Env| {
         let mut rt = env.rt();
         async move {

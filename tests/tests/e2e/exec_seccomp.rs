@@ -1,7 +1,7 @@
 //! ExecSync runs its command under the container's seccomp filter, as runc and containerd do:
 //! a RuntimeDefault container's exec'd processes have `Seccomp: 2` and are refused what the
 //! profile refuses the container; an Unconfined container's are not filtered. Real crius, real
-//! registry, real containers. Run as root. Test network number 82.
+//! registry, real containers. Run as root.
 #![allow(clippy::unwrap_used)]
 
 use crate::common::Env;
@@ -57,7 +57,7 @@ async fn exec(env: &Env, id: &str, cmd: &[&str]) -> (i32, String, String) {
 
 #[tokio::test]
 async fn exec_sync_runs_under_the_containers_seccomp_profile() {
-    let mut env = Env::with_image(82).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("exec-seccomp", false);
     let pod = env.run_pod(pod_config.clone()).await;
 

@@ -655,7 +655,7 @@ fn judge(
 
 #[tokio::test]
 async fn odd_container_configs_are_refused_by_the_request_or_run() {
-    let mut env = Env::with_image(124).await;
+    let mut env = Env::with_image().await;
     let host = Host::new("containers");
     let (seeds, rounds) = schedule();
     let pod_config = env.pod_config("fuzz", false);
@@ -690,7 +690,7 @@ async fn odd_container_configs_are_refused_by_the_request_or_run() {
 
 #[tokio::test]
 async fn odd_pod_configs_are_refused_by_the_request_or_run() {
-    let env = Env::with_image(121).await;
+    let env = Env::with_image().await;
     let host = Host::new("pods");
     let (seeds, rounds) = schedule();
     let mut problems = Vec::new();
@@ -757,7 +757,7 @@ async fn odd_pod_configs_are_refused_by_the_request_or_run() {
 /// container keeps running through them all, and nothing is left afterwards.
 #[tokio::test]
 async fn odd_calls_on_a_running_container_are_refused_by_the_request_or_answered() {
-    let mut env = Env::with_image(123).await;
+    let mut env = Env::with_image().await;
     let host = Host::new("calls");
     let (seeds, rounds) = schedule();
     let pod_config = env.pod_config("calls", false);

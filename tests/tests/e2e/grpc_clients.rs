@@ -75,7 +75,7 @@ fn python_script(script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
 
 #[tokio::test]
 async fn python_grpcio_with_the_socket_path_as_authority() {
-    let env = Env::new(1).await;
+    let env = Env::new().await;
     let socket = env.crius.socket().display().to_string();
     // grpcio's own choice for a unix target, then the path set explicitly, as grpc-java and
     // older grpc-go clients send it.
@@ -109,7 +109,7 @@ async fn channel_with_authority(socket: &Path, authority: &str) -> tonic::transp
 
 #[tokio::test]
 async fn tonic_with_odd_authorities() {
-    let mut env = Env::new(2).await;
+    let mut env = Env::new().await;
     let socket = env.crius.socket();
     // tonic (like the http crate under it) cannot send an authority that does not parse, not
     // even a percent-encoded path; these are the odd ones it can.
@@ -185,7 +185,7 @@ async fn health_service_on_the_cri_socket() {
 /// next good call is served.
 #[tokio::test]
 async fn requests_that_do_not_decode_are_invalid_argument_naming_the_field() {
-    let env = Env::new(109).await;
+    let env = Env::new().await;
     let socket = env.crius.socket();
     let seen = python_script("malformed_requests.py", &[socket.as_os_str()]);
     let expect = [

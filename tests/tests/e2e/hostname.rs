@@ -9,7 +9,7 @@ use tonic::Code;
 
 #[tokio::test]
 async fn pod_without_hostname_gets_the_nodes_even_with_a_long_name() {
-    let mut env = Env::with_image(81).await;
+    let mut env = Env::with_image().await;
     let long_name = format!("pod-with-a-rather-long-name-{}", "x".repeat(60));
     let pod_config = env.pod_config(&long_name, false);
     assert!(pod_config.hostname.is_empty());
@@ -27,7 +27,7 @@ async fn pod_without_hostname_gets_the_nodes_even_with_a_long_name() {
 
 #[tokio::test]
 async fn host_network_pod_cannot_name_its_own_hostname() {
-    let env = Env::new(17).await;
+    let env = Env::new().await;
     let mut config = env.pod_config("hostnet-named", true);
     config.hostname = "not-the-node".into();
     let refused = env

@@ -34,8 +34,8 @@ async fn spec_destinations(env: &Env, id: &str) -> Vec<String> {
         .collect()
 }
 
-async fn volumes_env(n: u8, extra_config: &str) -> (Env, String) {
-    let env = Env::with_config(n, extra_config).await;
+async fn volumes_env(extra_config: &str) -> (Env, String) {
+    let env = Env::with_config(extra_config).await;
     let pushed = images::push(&env.registry, TestImage::Volumes).unwrap();
     env.pull(&pushed.reference).await;
     (env, pushed.reference)
@@ -43,7 +43,7 @@ async fn volumes_env(n: u8, extra_config: &str) -> (Env, String) {
 
 #[tokio::test]
 async fn declared_volumes_are_per_container_copies_of_the_image() {
-    let (mut env, image) = volumes_env(5, "").await;
+    let (mut env, image) = volumes_env("").await;
     let covered = TestDir::new("image-volumes-covered").unwrap();
     std::fs::write(covered.join("marker"), "from the host\n").unwrap();
 
@@ -137,7 +137,7 @@ async fn declared_volumes_are_per_container_copies_of_the_image() {
 
 #[tokio::test]
 async fn ignore_image_defined_volumes_leaves_them_in_the_rootfs() {
-    let (mut env, image) = volumes_env(6, "[runtime]\nignore_image_defined_volumes = true\n").await;
+    let (mut env, image) = volumes_env("[runtime]\nignore_image_defined_volumes = true\n").await;
     let pod_config = env.pod_config("image-volumes-off", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let mut config = env.container_config("c", &["sleep", "3600"]);

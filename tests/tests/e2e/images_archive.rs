@@ -114,7 +114,7 @@ fn s(p: &Path) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imported_archives_run_without_a_registry() {
-    let mut env = Env::new(100).await;
+    let mut env = Env::new().await;
     let dir = TestDir::new("archives").unwrap();
     let busybox = images::build(TestImage::Busybox).unwrap();
     let multi = images::build(TestImage::MultiLayer).unwrap();
@@ -222,7 +222,7 @@ async fn imported_archives_run_without_a_registry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_then_import_gives_the_same_images() {
-    let mut env = Env::with_image(101).await;
+    let mut env = Env::with_image().await;
     let index = images::push_index(&env.registry).unwrap();
     let index_id = env.pull(&index.reference).await;
     assert_eq!(index_id, index.for_host().config_digest);

@@ -25,7 +25,7 @@ fn crius_images(env: &Env, args: &[&str]) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn images_move_from_containerd() {
-    let mut env = Env::new(102).await;
+    let mut env = Env::new().await;
     let index = images::push_index(&env.registry).unwrap();
     let user = images::push(&env.registry, TestImage::User).unwrap();
     let containerd = Containerd::start().unwrap();

@@ -30,7 +30,7 @@ async fn remove(env: &Env, image: &str) -> Result<(), tonic::Status> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pinned_images_are_kept() {
     let config = "[images]\npinned = [\"*/crius-test/busybox:*\"]\n";
-    let env = Env::with_config(59, config).await;
+    let env = Env::with_config(config).await;
     let busybox = env.image.clone();
     let other = images::push(&env.registry, TestImage::User)
         .unwrap()

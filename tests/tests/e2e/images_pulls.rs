@@ -61,7 +61,7 @@ fn pulls(env: &Env) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_pull_is_shown_with_its_blobs() {
-    let env = Env::new(103).await;
+    let env = Env::new().await;
     assert_eq!(pulls(&env), "no pulls under way\n");
     let relay = slow_relay(env.registry.host_port()).await;
     let image = env

@@ -183,7 +183,7 @@ async fn a_real_kubelet_with_evented_pleg() {
         println!("skipped a_real_kubelet_with_evented_pleg: CRIUS_KUBELET_BIN is not set");
         return;
     };
-    let env = Env::with_image(52).await;
+    let env = Env::with_image().await;
     let events = collect_events(&env).await;
     let dir = crius_tests::TestDir::new("kubelet").unwrap();
     let manifests = dir.join("manifests");

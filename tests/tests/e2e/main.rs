@@ -1,12 +1,11 @@
-//! crius's end-to-end tests, one binary with one module per area, so the fixtures of
-//! [`common`] and the library are compiled and linked once rather than once per file. Each
-//! module's tests are `e2e <module>::<test>`: `cargo test -p crius-tests --test e2e pods::`
-//! runs one area, `… --test e2e -- --exact pods::pod_lifecycle_on_the_host_network` one
-//! test. Tests of all areas
-//! run in parallel threads of one process: a test must not change the process (its working
-//! directory, umask, environment, signal dispositions) and finds its network with
-//! [`common::Env`], which hands out one to each. Run as root; gated ones (`node_vm`, `soak`)
-//! pass unless their environment variables are set.
+//! crius's end-to-end tests: one binary, one module per area, so the fixtures of [`common`] and
+//! the library are compiled and linked once rather than once per file. A test is `e2e
+//! <module>::<name>`: `cargo test -p crius-tests --test e2e pods::` runs one area, `… --test
+//! e2e -- --exact pods::pod_lifecycle_on_the_host_network` one test. Tests of all areas run in
+//! parallel threads of one process: none may change the process (its working directory, umask,
+//! environment, signal dispositions), and each [`common::Env`] takes a network of its own
+//! ([`common::NetworkLease`]). Run as root; the gated ones (`node_vm`, `soak`) pass at once
+//! unless their environment variables are set.
 
 mod common;
 

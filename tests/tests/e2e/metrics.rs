@@ -20,7 +20,7 @@ const OPTIONAL: &[&str] = &[
 
 #[tokio::test]
 async fn pod_metrics_match_their_descriptors() {
-    let mut env = Env::with_image(7).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("metered", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let mut config = env.container_config("app", &["sleep", "1000"]);

@@ -73,7 +73,7 @@ async fn cpu_limit(env: &Env, id: &str) -> String {
 
 #[tokio::test]
 async fn a_plugin_adjusts_env_mounts_and_cpu_and_sees_every_event_in_order() {
-    let mut env = Env::with_image(70).await;
+    let mut env = Env::with_image().await;
     let data = env.crius.dir().join("nri-data");
     std::fs::create_dir_all(&data).unwrap();
     std::fs::write(data.join("hello"), "from the plugin\n").unwrap();
@@ -188,7 +188,7 @@ async fn a_plugin_adjusts_env_mounts_and_cpu_and_sees_every_event_in_order() {
 
 #[tokio::test]
 async fn a_plugin_refusing_a_create_fails_it_and_nothing_is_left() {
-    let mut env = Env::with_image(71).await;
+    let mut env = Env::with_image().await;
     let refuser = plugin(
         &env,
         "refuser",
@@ -244,7 +244,7 @@ async fn a_plugin_refusing_a_create_fails_it_and_nothing_is_left() {
 
 #[tokio::test]
 async fn a_hanging_plugin_is_timed_out_and_disconnected_without_stalling_other_pods() {
-    let mut env = Env::with_image_and_config(72, "[nri]\nplugin_request_timeout = \"3s\"\n").await;
+    let mut env = Env::with_image_and_config("[nri]\nplugin_request_timeout = \"3s\"\n").await;
     let hanger = plugin(
         &env,
         "hanger",
@@ -309,7 +309,7 @@ async fn a_hanging_plugin_is_timed_out_and_disconnected_without_stalling_other_p
 
 #[tokio::test]
 async fn a_plugin_connecting_while_pods_run_is_synchronized_then_gets_live_events() {
-    let mut env = Env::with_image(73).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("early", false);
     let pod = env.run_pod(config.clone()).await;
     let first = env
@@ -358,7 +358,7 @@ async fn crius_starts_the_plugins_of_plugin_path_with_their_config_and_again_aft
         bin.display(),
         conf.display()
     );
-    let mut env = Env::with_image_and_config(74, &extra).await;
+    let mut env = Env::with_image_and_config(&extra).await;
     let launched = || async {
         let status = nri_status(&env).await;
         let plugins = status["plugins"].as_array().cloned().unwrap_or_default();

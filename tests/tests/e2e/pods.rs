@@ -13,7 +13,7 @@ use tonic::Code;
 
 #[tokio::test]
 async fn pod_lifecycle_on_the_host_network() {
-    let mut env = Env::new(10).await;
+    let mut env = Env::new().await;
     let config = env.pod_config("lifecycle", true);
     let id = env.run_pod(config.clone()).await;
     let other_config = env.pod_config("other", true);
@@ -142,7 +142,7 @@ async fn pod_lifecycle_on_the_host_network() {
 
 #[tokio::test]
 async fn pod_name_is_reserved_until_removal() {
-    let mut env = Env::new(11).await;
+    let mut env = Env::new().await;
     let config = env.pod_config("twin", true);
     let first = env.run_pod(config.clone()).await;
     let second = env
@@ -184,7 +184,7 @@ async fn pod_name_is_reserved_until_removal() {
 
 #[tokio::test]
 async fn unknown_ids() {
-    let env = Env::new(12).await;
+    let env = Env::new().await;
     let mut rt = env.rt();
     let unknown = "0123456789abcdef0123456789abcdef";
 
@@ -272,7 +272,7 @@ async fn unknown_ids() {
 
 #[tokio::test]
 async fn bad_requests_name_the_field() {
-    let mut env = Env::new(13).await;
+    let mut env = Env::new().await;
     let mut rt = env.rt();
     let run = |config: Option<PodSandboxConfig>, handler: &str| RunPodSandboxRequest {
         config,
@@ -473,7 +473,7 @@ async fn tcp_read(addr: SocketAddr, want: &str) -> String {
 
 #[tokio::test]
 async fn bridge_network_reachable_from_host_and_between_pods() {
-    let mut env = Env::with_image(14).await;
+    let mut env = Env::with_image().await;
     let server = |name: &str| {
         let reply = format!("hello from {name}");
         vec![
@@ -558,7 +558,7 @@ async fn bridge_network_reachable_from_host_and_between_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pods_on_the_bridge() {
-    let mut env = Env::new(15).await;
+    let mut env = Env::new().await;
     const PODS: usize = 8;
     let runs = (0..PODS).map(|i| {
         let mut rt = env.rt();
@@ -622,7 +622,6 @@ async fn failed_network_setup_is_undone() {
     // The bridge's ADD succeeds (an address is taken), then tuning's fails on a sysctl that does
     // not exist: RunPodSandbox must give the address back.
     network_failure_is_undone(
-        16,
         r#"{ "type": "tuning", "sysctl": { "net.ipv4.conf.eth0.crius_e2e_no_such": "1" } }"#,
         "tuning",
         None,
@@ -634,7 +633,6 @@ async fn failed_network_setup_is_undone() {
 #[tokio::test]
 async fn failed_network_setup_with_a_plugin_printing_nonsense_is_undone() {
     network_failure_is_undone(
-        112,
         r#"{ "type": "crius-e2e-nonsense" }"#,
         "crius-e2e-nonsense",
         Some(r#"[ "$CNI_COMMAND" = ADD ] && echo 'this is not a CNI result'; exit 0"#),
@@ -648,7 +646,6 @@ async fn failed_network_setup_with_a_plugin_printing_nonsense_is_undone() {
 #[tokio::test]
 async fn failed_network_setup_a_plugin_asks_to_retry_is_unavailable_and_undone() {
     network_failure_is_undone(
-        113,
         r#"{ "type": "crius-e2e-busy" }"#,
         "crius-e2e-busy",
         Some(
@@ -663,7 +660,6 @@ echo '{"cniVersion": "1.0.0", "code": 11, "msg": "busy, try again later"}'; exit
 #[tokio::test]
 async fn failed_network_setup_with_a_missing_plugin_is_undone() {
     network_failure_is_undone(
-        17,
         r#"{ "type": "crius-e2e-no-such-plugin" }"#,
         "crius-e2e-no-such-plugin",
         None,
@@ -677,13 +673,12 @@ async fn failed_network_setup_with_a_missing_plugin_is_undone() {
 /// `plugin_name` and leaves nothing (no pod, no address, no state), then repairs the config
 /// and runs the same pod.
 async fn network_failure_is_undone(
-    n: u8,
     plugin: &str,
     plugin_name: &str,
     script: Option<&str>,
     code: Code,
 ) {
-    let mut env = Env::new(n).await;
+    let mut env = Env::new().await;
     if let Some(body) = script {
         env.script_plugin(plugin_name, body);
     }
@@ -759,7 +754,7 @@ async fn wait_for_error(env: &Env, config: &PodSandboxConfig) -> tonic::Status {
 /// made it start copies of containers it thought were missing.
 #[tokio::test]
 async fn sandbox_status_carries_its_containers_and_a_timestamp_in_seconds() {
-    let mut env = Env::with_image(16).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("evented", false);
     let pod = env.run_pod(config.clone()).await;
     let running = env
@@ -825,12 +820,15 @@ async fn sandbox_status_carries_its_containers_and_a_timestamp_in_seconds() {
 /// and pods get addresses from that CIDR. A bad CIDR is InvalidArgument; none is a no-op.
 #[tokio::test]
 async fn pod_cidr_fills_the_network_template() {
-    let mut env = Env::new(18).await;
+    let mut env = Env::new().await;
     let conf_dir = env.net_path("net.d");
     let template = env.net_path("template.conflist");
     let text = env
         .bridge_conflist()
-        .replace("[[{\"subnet\": \"10.88.18.0/24\"}]]", "{{.PodCIDRRanges}}")
+        .replace(
+            &format!("[[{{\"subnet\": \"{}\"}}]]", env.subnet()),
+            "{{.PodCIDRRanges}}",
+        )
         .replace("[{\"dst\": \"0.0.0.0/0\"}]", "{{.Routes}}");
     assert!(text.contains("{{.PodCIDRRanges}}") && text.contains("{{.Routes}}"));
     std::fs::write(&template, text).unwrap();
@@ -883,15 +881,15 @@ async fn pod_cidr_fills_the_network_template() {
     update("").await.unwrap();
     assert!(std::fs::read_dir(&conf_dir).unwrap().next().is_none());
 
-    update("10.88.18.0/24").await.unwrap();
+    update(&env.subnet()).await.unwrap();
     let written = conf_dir.join("10-crius-pod-cidr.conflist");
     assert!(written.is_file());
     assert!(network_ready(&env).await);
     let cidr = std::fs::read_to_string(env.crius.root().join("pod-cidr")).unwrap();
-    assert_eq!(cidr, "10.88.18.0/24");
+    assert_eq!(cidr, env.subnet());
     let pod = env.run_pod(env.pod_config("from-template", false)).await;
     let ip = env.pod_status(&pod).await.network.unwrap().ip;
-    assert!(ip.starts_with("10.88.18."), "{ip}");
+    assert!(ip.starts_with(&env.subnet_prefix()), "{ip}");
     env.remove_pod(&pod).await;
 
     // Kept across a restart: the missing network config is written again at start.
@@ -907,7 +905,7 @@ async fn pod_cidr_fills_the_network_template() {
 /// works, releases everything.
 #[tokio::test]
 async fn a_stop_whose_plugin_del_fails_is_failed_precondition_and_can_be_retried() {
-    let mut env = Env::new(118).await;
+    let mut env = Env::new().await;
     let del_ok = env.net_path("del-ok");
     // ADD passes the bridge's result on (python3 reads it from the config); DEL fails until
     // `del-ok` exists.
@@ -978,7 +976,7 @@ async fn a_stop_whose_plugin_del_fails_is_failed_precondition_and_can_be_retried
 #[tokio::test]
 async fn pods_run_with_the_state_directory_on_a_noexec_mount() {
     use nix::mount::{mount, MsFlags};
-    let mut env = Env::with_image(125).await;
+    let mut env = Env::with_image().await;
     env.crius.stop().unwrap();
     let state = env.crius.state();
     // As after a reboot onto a `noexec` /run: the state dir empty, on such a mount.

@@ -59,8 +59,7 @@ fn value(m: &HashMap<String, f64>, key: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_a_pod_lifecycle() {
     let port = crius_tests::free_port().unwrap();
-    let mut env =
-        Env::with_config(37, &format!("[metrics]\naddress = \"127.0.0.1:{port}\"\n")).await;
+    let mut env = Env::with_config(&format!("[metrics]\naddress = \"127.0.0.1:{port}\"\n")).await;
     let m = scrape(port);
     assert_eq!(value(&m, r#"crius_pods{state="ready"}"#), 0.0);
     assert_eq!(value(&m, "crius_shims"), 0.0);
@@ -213,11 +212,9 @@ async fn metrics_follow_a_pod_lifecycle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_names_with_its_namespace() {
-    let mut env = Env::with_config(
-        38,
-        "[metrics]\naddress = \"127.0.0.1:0\"\nnamespace = \"containerd\"\n",
-    )
-    .await;
+    let mut env =
+        Env::with_config("[metrics]\naddress = \"127.0.0.1:0\"\nnamespace = \"containerd\"\n")
+            .await;
     let port = metrics_port(&env).await;
     let pod = env.run_pod(env.pod_config("named", false)).await;
     let m = scrape(port);

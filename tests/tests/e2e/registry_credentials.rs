@@ -11,7 +11,7 @@ use tonic::Code;
 
 #[tokio::test]
 async fn line_breaks_or_nul_in_credentials_are_refused_before_any_connection() {
-    let env = Env::new(53).await;
+    let env = Env::new().await;
     // A "registry" that must never see a connection: the kernel completes a TCP handshake into
     // its backlog, so any attempt shows up as an accepted socket below.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -93,7 +93,7 @@ async fn credentials_from_the_auth_file_go_to_their_host_only() {
         .unwrap();
     };
     // Appended to the [registry] table, which the fixture's config ends with.
-    let env = Env::with_config(99, &format!("auth_file = \"{}\"\n", file.display())).await;
+    let env = Env::with_config(&format!("auth_file = \"{}\"\n", file.display())).await;
     let pull = |auth: Option<AuthConfig>| {
         let mut images = env.crius.image();
         let image = image.clone();

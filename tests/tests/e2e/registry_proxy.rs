@@ -1,7 +1,7 @@
 //! A crius started with `HTTP_PROXY` in its environment (as the systemd unit's `Environment=`
 //! sets it) pulls through that proxy: Debian's tinyproxy logs the manifest and blob requests as
 //! forward-proxy requests; with `NO_PROXY` naming the registry it goes direct. No pods, no
-//! network number.
+//! network.
 #![allow(clippy::unwrap_used)]
 
 use crius_api::v1::{ImageSpec, PullImageRequest};

@@ -26,7 +26,7 @@ fn assert_consecutive(ticks: &[u64]) {
 
 #[tokio::test]
 async fn crius_killed_while_pods_run() {
-    let mut env = Env::with_image(40).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("survivor", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let ip = env.pod_status(&pod).await.network.unwrap().ip;
@@ -192,7 +192,7 @@ async fn crius_killed_while_pods_run() {
 
 #[tokio::test]
 async fn shim_killed() {
-    let mut env = Env::with_image(41).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("orphan", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let sleeper = env
@@ -280,7 +280,7 @@ async fn shim_killed() {
 
 #[tokio::test]
 async fn shim_killed_while_crius_is_down() {
-    let mut env = Env::with_image(42).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("orphan2", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let sleeper = env
@@ -318,7 +318,7 @@ fn first_entry(dir: &Path) -> Option<String> {
 
 #[tokio::test]
 async fn crius_killed_during_run_pod_sandbox() {
-    let mut env = Env::new(43).await;
+    let mut env = Env::new().await;
     // Kill crius as soon as RunPodSandbox reaches each of these steps: its files, its netns,
     // its shim. Whatever it had done is undone at the next start.
     for (round, step) in ["pods", "netns", "shims"].into_iter().enumerate() {
@@ -367,7 +367,7 @@ async fn crius_killed_during_run_pod_sandbox() {
 
 #[tokio::test]
 async fn crius_killed_during_create_container() {
-    let mut env = Env::with_image(44).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("half-created", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let config = env.container_config("interrupted", &["sleep", "1000"]);
@@ -437,7 +437,7 @@ async fn crius_killed_during_create_container() {
 
 #[tokio::test]
 async fn crius_killed_during_stop_container() {
-    let mut env = Env::with_image(45).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("stopping", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let cmd = "trap '' TERM USR1; i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.05; done";
@@ -487,7 +487,7 @@ async fn crius_killed_during_stop_container() {
 
 #[tokio::test]
 async fn network_left_by_a_failed_start_is_released_after_restart() {
-    let mut env = Env::new(46).await;
+    let mut env = Env::new().await;
     // A plugin after the bridge whose ADD fails and whose DEL fails until the file `del-ok`
     // exists: the failed RunPodSandbox cannot release its address at once.
     let del_ok = env.net_path("del-ok");
@@ -550,7 +550,7 @@ async fn network_left_by_a_failed_start_is_released_after_restart() {
 /// retried in the background and the attachment released without a restart.
 #[tokio::test]
 async fn network_left_by_a_failed_start_is_released_by_a_retry() {
-    let env = Env::new(57).await;
+    let env = Env::new().await;
     let del_ok = env.net_path("del-ok");
     let dels = env.net_path("dels");
     env.script_plugin(
@@ -597,7 +597,7 @@ async fn network_left_by_a_failed_start_is_released_by_a_retry() {
 
 #[tokio::test]
 async fn crius_killed_during_remove_pod_sandbox() {
-    let mut env = Env::with_image(47).await;
+    let mut env = Env::with_image().await;
     // Kill crius at different moments of a RemovePodSandbox; whatever it had done, a second
     // RemovePodSandbox after the restart finishes the job and leaves nothing.
     for (round, delay_ms) in [0u64, 15, 30, 60, 120].into_iter().enumerate() {
@@ -630,7 +630,7 @@ async fn crius_killed_during_remove_pod_sandbox() {
 
 #[tokio::test]
 async fn pause_killed() {
-    let mut env = Env::with_image(48).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("pauseless", true);
     let pod = env.run_pod(pod_config.clone()).await;
     let c = env
@@ -659,7 +659,7 @@ async fn pause_killed() {
 /// after its next start.
 #[tokio::test]
 async fn removed_dirs_go_through_a_trash_a_restart_empties() {
-    let mut env = Env::with_image(110).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("trash", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let config = env.container_config("writer", &["sh", "-c", "echo x > /f; sleep 1000"]);
@@ -702,7 +702,7 @@ async fn removed_dirs_go_through_a_trash_a_restart_empties() {
 /// after the restart it is gone, the live container's own lease is kept.
 #[tokio::test]
 async fn a_lease_of_a_container_that_is_gone_is_released_at_start() {
-    let mut env = Env::with_image(111).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("leases", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let config = env.container_config("live", &["sleep", "1000"]);

@@ -40,7 +40,7 @@ fn hybrid_v2_controllers() -> Option<String> {
 
 #[tokio::test]
 async fn every_handler_runs_pods_side_by_side() {
-    let mut env = Env::with_image(90).await;
+    let mut env = Env::with_image().await;
     let status = env.runtime_status().await;
     let names: Vec<&str> = status
         .runtime_handlers
@@ -252,7 +252,7 @@ async fn a_runtime_that_fails_create_leaves_nothing() {
         "[runtime.handlers.refusing]\ntype = \"oci\"\nbinary = \"{}\"\n",
         rt.display()
     );
-    let mut env = Env::with_image_and_config(91, &extra).await;
+    let mut env = Env::with_image_and_config(&extra).await;
 
     // The pause's create fails: RunPodSandbox says why, and nothing of the pod is left.
     let config = env.pod_config("refused", false);
@@ -321,7 +321,7 @@ async fn a_runtime_that_fails_create_leaves_nothing() {
 async fn unknown_and_unusable_handlers_are_refused_by_name() {
     let extra =
         "[runtime.handlers.ghost]\ntype = \"oci\"\nbinary = \"/nonexistent/ghost-runtime\"\n";
-    let env = Env::with_config(92, extra).await;
+    let env = Env::with_config(extra).await;
     let run = |handler: &str| {
         let mut rt = env.rt();
         let config = env.pod_config("h", true);
@@ -358,7 +358,7 @@ async fn gvisor_pods_run_in_one_sandbox() {
         println!("skipped gvisor_pods_run_in_one_sandbox: /usr/bin/runsc is not installed");
         return;
     }
-    let mut env = Env::with_image(51).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("pod-gvisor", false);
     let pod = env.run_pod_with_handler(config.clone(), "runsc").await;
     let ip = env.pod_status(&pod).await.network.unwrap().ip;
@@ -428,7 +428,7 @@ async fn gvisor_containers_restart_in_their_sandbox() {
         println!("skipped gvisor_containers_restart_in_their_sandbox: no /usr/bin/runsc");
         return;
     }
-    let mut env = Env::with_image(68).await;
+    let mut env = Env::with_image().await;
     for shared in [false, true] {
         let name = if shared {
             "pod-gv-shared"
@@ -567,7 +567,7 @@ async fn an_orphaned_handler_trial_is_reaped_at_start() {
         .parse()
         .unwrap();
     // crius starts, tries crun, and reaps what the "killed" one left.
-    let env = Env::new(116).await;
+    let env = Env::new().await;
     common::wait_for(
         "the orphan's cgroup to go",
         Duration::from_secs(5),

@@ -151,7 +151,7 @@ fn mount_options<'a>(mounts: &'a str, dest: &str) -> Vec<&'a str> {
 
 #[tokio::test]
 async fn users_and_groups() {
-    let mut env = Env::with_image(60).await;
+    let mut env = Env::with_image().await;
     let user_image = images::push(&env.registry, TestImage::User).unwrap();
     env.pull(&user_image.reference).await;
     let p = pod(&mut env, "users", true, |_| {}).await;
@@ -262,7 +262,7 @@ async fn users_and_groups() {
 
 #[tokio::test]
 async fn capabilities_no_new_privs_and_seccomp() {
-    let mut env = Env::with_image(61).await;
+    let mut env = Env::with_image().await;
     let p = pod(&mut env, "caps", true, |_| {}).await;
     let status_of = |name: &str| container(&env, name, &["cat", "/proc/self/status"]);
 
@@ -463,7 +463,7 @@ async fn capabilities_no_new_privs_and_seccomp() {
 
 #[tokio::test]
 async fn privileged_containers() {
-    let mut env = Env::with_image(62).await;
+    let mut env = Env::with_image().await;
     let script = "grep -E '^(CapEff|Seccomp):' /proc/self/status; cat /proc/mounts; \
                   test -e /dev/kmsg && echo has-kmsg; true";
 
@@ -563,7 +563,7 @@ async fn privileged_containers() {
 
 #[tokio::test]
 async fn rootfs_masked_and_readonly_paths() {
-    let mut env = Env::with_image(63).await;
+    let mut env = Env::with_image().await;
     let p = pod(&mut env, "paths", true, |_| {}).await;
 
     // Read-only rootfs: writes fail, /tmp of the image included; the pod's /dev/shm stays
@@ -630,7 +630,7 @@ async fn rootfs_masked_and_readonly_paths() {
 
 #[tokio::test]
 async fn sysctls() {
-    let mut env = Env::with_image(64).await;
+    let mut env = Env::with_image().await;
     let sysctls = HashMap::from([
         ("kernel.shmmni".to_string(), "8191".to_string()),
         (
@@ -709,7 +709,7 @@ fn ns_options(pid: NamespaceMode) -> NamespaceOption {
 
 #[tokio::test]
 async fn namespaces_and_hostname() {
-    let mut env = Env::with_image(65).await;
+    let mut env = Env::with_image().await;
     let p = pod(&mut env, "ns", false, |c| {
         c.hostname = "crius-sec-host".into();
     })
@@ -950,7 +950,7 @@ fn cri_mount(host: &Path, container: &str, readonly: bool, propagation: MountPro
 
 #[tokio::test]
 async fn mounts_devices_and_oom_score_adj() {
-    let mut env = Env::with_image(66).await;
+    let mut env = Env::with_image().await;
     let p = pod(&mut env, "mounts", true, |_| {}).await;
     let dir = TestDir::new("sec-mounts").unwrap();
     let mut host_mounts = HostMounts(Vec::new());
@@ -1293,7 +1293,7 @@ devices:
 
 #[tokio::test]
 async fn apparmor_and_selinux_requests() {
-    let mut env = Env::with_image(67).await;
+    let mut env = Env::with_image().await;
     let p = pod(&mut env, "lsm", true, |_| {}).await;
 
     // RuntimeDefault (and the deprecated runtime/default) run: this node has no AppArmor.

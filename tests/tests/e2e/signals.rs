@@ -18,7 +18,7 @@ fn sig_line<'a>(status: &'a str, key: &str) -> &'a str {
 
 #[tokio::test]
 async fn containers_and_execs_start_with_no_blocked_or_ignored_signal() {
-    let mut env = Env::with_image(80).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("signals", true);
     let pod = env.run_pod(pod_config.clone()).await;
     // The test image's StopSignal is SIGUSR1: `top` dies of it

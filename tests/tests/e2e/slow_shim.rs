@@ -23,7 +23,7 @@ impl Drop for Stopped {
 
 #[tokio::test]
 async fn a_create_crius_gave_up_on_is_removed_once_the_shim_finishes_it() {
-    let mut env = Env::with_config(9, "[runtime]\nshim_operation_timeout_secs = 2\n").await;
+    let mut env = Env::with_config("[runtime]\nshim_operation_timeout_secs = 2\n").await;
     env.pull(&env.image.clone()).await;
     let config = env.pod_config("slow-shim", false);
     let pod = env.run_pod(config.clone()).await;

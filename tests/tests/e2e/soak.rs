@@ -62,7 +62,7 @@ async fn soak_of_110_pods_with_churn_probes_and_logs() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(110);
-    let env = Env::with_image(126).await;
+    let env = Env::with_image().await;
     let duration = Duration::from_secs_f64(mins * 60.0);
     let plan = Plan {
         pods,

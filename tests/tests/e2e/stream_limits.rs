@@ -44,7 +44,7 @@ async fn idle_and_slow_stream_clients_are_capped_and_timed_out() {
     let extra = format!(
         "[stream]\nheader_timeout_secs = {HEADER_TIMEOUT_SECS}\nmax_pending_connections = {CAP}\n"
     );
-    let mut env = Env::with_image_and_config(93, &extra).await;
+    let mut env = Env::with_image_and_config(&extra).await;
     let config = env.pod_config("streamer", false);
     let pod = env.run_pod(config.clone()).await;
     let c = env
@@ -168,7 +168,7 @@ async fn one_local_user_cannot_take_every_place() {
         "[stream]\nheader_timeout_secs = 60\nmax_pending_connections = {TOTAL}\n\
          max_pending_per_peer = {PER_PEER}\n"
     );
-    let mut env = Env::with_image_and_config(94, &extra).await;
+    let mut env = Env::with_image_and_config(&extra).await;
     let config = env.pod_config("flooded", false);
     let pod = env.run_pod(config.clone()).await;
     let c = env
@@ -260,7 +260,7 @@ async fn idle_sessions_are_closed() {
     use crius_tests::streaming::Client;
     const IDLE: u64 = 2;
     let mut env =
-        Env::with_image_and_config(98, &format!("[stream]\nidle_timeout_secs = {IDLE}\n")).await;
+        Env::with_image_and_config(&format!("[stream]\nidle_timeout_secs = {IDLE}\n")).await;
     let config = env.pod_config("idle", false);
     let pod = env.run_pod(config.clone()).await;
     let c = env

@@ -76,7 +76,7 @@ fn pem(label: &str, der: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_over_tls_with_a_self_signed_certificate() {
-    let mut env = Env::with_config(39, "[stream]\nenable_tls = true\n").await;
+    let mut env = Env::with_config("[stream]\nenable_tls = true\n").await;
     let cert = exec_over_tls(&mut env).await;
     assert!(!cert.is_empty());
 }
@@ -92,14 +92,11 @@ async fn exec_over_tls_with_the_operators_certificate() {
         pem("PRIVATE KEY", &made.signing_key.serialize_der()),
     )
     .unwrap();
-    let mut env = Env::with_config(
-        50,
-        &format!(
-            "[stream]\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
-            cert_file.display(),
-            key_file.display()
-        ),
-    )
+    let mut env = Env::with_config(&format!(
+        "[stream]\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
+        cert_file.display(),
+        key_file.display()
+    ))
     .await;
     let presented = exec_over_tls(&mut env).await;
     assert_eq!(presented, made.cert.der().to_vec());

@@ -33,11 +33,10 @@ fn exec_req(id: &str, cmd: &[&str]) -> ExecRequest {
 /// An environment on test network `n` with a pod `pod_name` running the container `config`
 /// makes: (env, pod id, container id).
 async fn pod_with(
-    n: u8,
     pod_name: &str,
     config: impl FnOnce(&Env) -> ContainerConfig,
 ) -> (Env, String, String) {
-    let mut env = Env::with_image(n).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config(pod_name, false);
     let pod = env.run_pod(pod_config.clone()).await;
     let config = config(&env);
@@ -57,7 +56,7 @@ fn rss_kib(pid: i32) -> u64 {
 
 #[tokio::test]
 async fn exec_streams_output_stdin_and_exit_codes() {
-    let (env, pod, c) = pod_with(83, "exec", |env| {
+    let (env, pod, c) = pod_with("exec", |env| {
         env.container_config("box", &["sleep", "1000"])
     })
     .await;
@@ -200,10 +199,8 @@ async fn exec_streams_output_stdin_and_exit_codes() {
 
 #[tokio::test]
 async fn exec_with_a_tty_runs_on_a_terminal_that_resizes() {
-    let (env, _pod, c) = pod_with(84, "tty", |env| {
-        env.container_config("box", &["sleep", "1000"])
-    })
-    .await;
+    let (env, _pod, c) =
+        pod_with("tty", |env| env.container_config("box", &["sleep", "1000"])).await;
     let url = env
         .exec_url(ExecRequest {
             container_id: c.clone(),
@@ -250,7 +247,7 @@ async fn exec_with_a_tty_runs_on_a_terminal_that_resizes() {
 
 #[tokio::test]
 async fn attach_sees_live_output_and_feeds_stdin() {
-    let (env, pod, c) = pod_with(85, "attach", |env| {
+    let (env, pod, c) = pod_with("attach", |env| {
         let mut config = env.container_config("shell", &["sh"]);
         config.stdin = true;
         config.stdin_once = true;
@@ -403,7 +400,7 @@ async fn attach_sees_live_output_and_feeds_stdin() {
 async fn port_forward_reaches_a_server_inside_the_pod() {
     let serve =
         "mkdir -p /www && echo forwarded-ok > /www/index.html && exec httpd -f -p 8080 -h /www";
-    let (env, pod, c) = pod_with(86, "pf", |env| {
+    let (env, pod, c) = pod_with("pf", |env| {
         env.container_config("web", &["sh", "-c", serve])
     })
     .await;

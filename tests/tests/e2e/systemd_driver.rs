@@ -71,7 +71,7 @@ fn is_v1_host() -> bool {
 async fn pods_and_containers_run_in_systemd_units() {
     // Declared first, dropped last: crius removes its pods while systemd still answers.
     let systemd = Systemd::start().unwrap();
-    let mut env = Env::with_image(87).await;
+    let mut env = Env::with_image().await;
     use_systemd(&mut env, &systemd).await;
     let root = systemd.cgroup_root().to_string();
 

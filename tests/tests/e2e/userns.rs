@@ -74,7 +74,7 @@ fn host_uid(pid: i32) -> u32 {
 
 #[tokio::test]
 async fn user_namespaced_pod() {
-    let mut env = Env::with_image(88).await;
+    let mut env = Env::with_image().await;
 
     // advertised for the default handler
     let status = env.runtime_status().await;
@@ -246,7 +246,7 @@ async fn user_namespaced_pod() {
 
 #[tokio::test]
 async fn image_volumes() {
-    let mut env = Env::with_image(89).await;
+    let mut env = Env::with_image().await;
     let multi = images::push(&env.registry, TestImage::MultiLayer).unwrap();
     env.pull(&multi.reference).await;
     let config = env.pod_config("imgvol", false);
@@ -390,7 +390,7 @@ async fn image_volumes() {
 /// pod's root, and an image-declared volume keeps the image's owners as the pod sees them.
 #[tokio::test]
 async fn volumes_from_images_in_a_user_namespaced_pod() {
-    let mut env = Env::with_image(8).await;
+    let mut env = Env::with_image().await;
     let declared = images::push(&env.registry, TestImage::Volumes).unwrap();
     env.pull(&declared.reference).await;
     let mut config = env.pod_config("userns-imgvol", false);
@@ -496,7 +496,7 @@ impl Drop for RamfsDir {
 /// wait it is nearly always still before its exec when the answer comes.
 #[tokio::test]
 async fn a_user_namespaced_pod_answers_once_its_pause_runs_its_program() {
-    let mut env = Env::with_image(119).await;
+    let mut env = Env::with_image().await;
     let parent = HostCgroup::new("crius-test-slow-pause");
     let cpu_dir = parent
         .dirs
@@ -549,7 +549,7 @@ async fn a_user_namespaced_pod_answers_once_its_pause_runs_its_program() {
 /// start-up trial of crun is checked the same way).
 #[tokio::test]
 async fn crun_leaves_the_nodes_dev_null_alone() {
-    let mut env = Env::with_image(120).await;
+    let mut env = Env::with_image().await;
     common::assert_dev_null_is_roots();
     let status = env.runtime_status().await;
     let crun_userns = status

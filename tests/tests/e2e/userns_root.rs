@@ -61,7 +61,7 @@ async fn sh(env: &Env, id: &str, script: &str) -> String {
 
 #[tokio::test]
 async fn parent_of_another_user_blocks_user_namespaces() {
-    let mut env = Env::with_config_under(3, "", "private", 0o700).await;
+    let mut env = Env::with_config_under("", "private", 0o700).await;
     let pushed = env.pushed.reference.clone();
     env.image_ref = env.pull(&pushed).await;
     let private = env.crius.dir().join("private");
@@ -127,7 +127,7 @@ async fn parent_of_another_user_blocks_user_namespaces() {
 #[tokio::test]
 async fn own_root_state_and_parents_are_made_searchable() {
     // as under `mktemp -d`: a 0700 parent of crius's own user
-    let mut env = Env::with_config_under(4, "", "data", 0o700).await;
+    let mut env = Env::with_config_under("", "data", 0o700).await;
     let pushed = env.pushed.reference.clone();
     env.image_ref = env.pull(&pushed).await;
     // an admin made crius's own directories private; crius opens them for search only

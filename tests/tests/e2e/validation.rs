@@ -26,7 +26,7 @@ fn assert_bounded<T: std::fmt::Debug>(
 
 #[tokio::test]
 async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
-    let env = Env::with_image(96).await;
+    let env = Env::with_image().await;
     let huge = "x".repeat(1 << 20);
     let run = |config: PodSandboxConfig| {
         let mut rt = env.rt();
@@ -261,7 +261,7 @@ async fn bad_pod_and_container_fields_are_refused_with_short_messages() {
 /// sysctls once the kernel said no, with nothing of the pod left behind.
 #[tokio::test]
 async fn sysctls_the_kernel_would_refuse() {
-    let env = Env::new(95).await;
+    let env = Env::new().await;
     for (key, value, needles) in [
         (
             "kernel.shm_nosuch",
@@ -302,7 +302,7 @@ async fn sysctls_the_kernel_would_refuse() {
 /// for its owner only runs.
 #[tokio::test]
 async fn creates_the_request_makes_fail_are_invalid_argument_and_undone() {
-    let mut env = Env::with_image(117).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("bad-creates", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let scripts = tempfile::tempdir().unwrap();
@@ -404,7 +404,7 @@ async fn creates_the_request_makes_fail_are_invalid_argument_and_undone() {
 /// comes back escaped. Nothing of a refused create is left.
 #[tokio::test]
 async fn creates_that_failed_deep_in_the_runtime_are_named() {
-    let mut env = Env::with_image(122).await;
+    let mut env = Env::with_image().await;
     let pod_config = env.pod_config("deep-creates", false);
     let pod = env.run_pod(pod_config.clone()).await;
     let host = tempfile::tempdir().unwrap();

@@ -6,7 +6,7 @@ use crate::common::Env;
 
 #[tokio::test]
 async fn a_missing_working_dir_is_made_inside_the_rootfs() {
-    let mut env = Env::with_image(97).await;
+    let mut env = Env::with_image().await;
     let config = env.pod_config("cwd", false);
     let pod = env.run_pod(config.clone()).await;
 

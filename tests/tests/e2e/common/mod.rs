@@ -5,13 +5,8 @@
 //! CRI `PullImage`), its own CNI config (bridge `crius-e2e<N>`, subnet `10.88.<N>.0/24`,
 //! host-local's store under the test dir), its own registry hosts dir (`docker.io` mirrored to
 //! the local registry, with no fallback to the internet), and pod log dirs under the daemon's temp
-//! dir. Each test passes its own `N`, so tests of one file run in parallel without sharing a
-//! bridge or subnet (cni-glue's tests use 10.88.200 and up). Numbers in use: `pods.rs` 10–19,
-//! `containers.rs` 20–39, `restart.rs` 40–59, `security.rs` 60–79, others 80 and up
-//! (`grpc_clients.rs` 1–2, `userns_root.rs` 3–4, `image_volumes.rs` 5–6, `containers.rs` also
-//! 32–36, `userns.rs` 8, 88–89, 119 and 120, `fuzz_requests.rs` 121, 123 and 124, `hostname.rs` 17 and 81, `stream_limits.rs` 93–94 and 98,
-//! `validation.rs` 95–96, `registry_credentials.rs` 53, `restart.rs` also 57 and 110–111, `pods.rs` also 18, `events.rs` 19, `metrics.rs` 7, `cgroup_parent.rs` 54–55,
-//! `working_dir.rs` 97, `checkpoint.rs` 75–79, 69 and 114–115, `kubelet.rs` 52, `images_pinned.rs` 59, `registry_credentials.rs` also 99, `crash_windows.rs` 49 and 56, `slow_shim.rs` 9, `crius_status.rs` 58, `runtime_handlers.rs` 90–92 and 68, `prometheus.rs` 37–38, `stream_tls.rs` 39 and 50, `images_archive.rs` 100–101, `images_containerd.rs` 102, `images_pulls.rs` 103, `checkpoint_pod.rs` 104–107, `nri.rs` 70–74, `crash_random.rs` 108, `grpc_clients.rs` also 109, `pods.rs` also 112–113 and 118, `validation.rs` also 117 and 122, `pods.rs` also 125).
+//! dir. `N` is handed out by [`NetworkLease`], held while the `Env` lives, so tests running in
+//! parallel, in this process or another, never share a bridge or subnet.
 //!
 //! Drop removes every pod still listed (restarting crius first if a test killed it), kills
 //! whatever a broken teardown left in the pods' cgroups, and deletes the bridge, so a failing
@@ -23,8 +18,11 @@ pub mod checkpoints;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crius_api::v1::*;
@@ -69,6 +67,43 @@ fn bridge_conflist(n: u8, ipam_dir: &Path) -> String {
     )
 }
 
+/// The network numbers [`NetworkLease`] hands out. Others are taken by tests that pick their
+/// own: the soak test's 126 (in older builds), the lifecycle bench's 160–162, cni-glue's tests'
+/// 200 and up.
+const NETWORKS: std::ops::RangeInclusive<u8> = 1..=159;
+const TAKEN: [u8; 1] = [126];
+
+/// One network number `n` (bridge `crius-e2e<n>`, subnet `10.88.<n>.0/24`) held by this
+/// process: an abstract unix socket named for it is bound, which the kernel frees when the
+/// lease drops or the process dies. So two test processes never take one number, and nothing
+/// is left on disk. A number whose bridge exists (left by a killed run) is passed over.
+pub struct NetworkLease {
+    pub n: u8,
+    _held: UnixListener,
+}
+
+impl NetworkLease {
+    pub fn take() -> NetworkLease {
+        // Round robin from where the last lease began, so a number just given back (whose
+        // bridge a failed teardown may still be removing) is the last to be taken again.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let (first, count) = (*NETWORKS.start() as usize, NETWORKS.len());
+        for _ in 0..count {
+            let n = (first + NEXT.fetch_add(1, Ordering::Relaxed) % count) as u8;
+            if TAKEN.contains(&n) || Path::new(&format!("/sys/class/net/crius-e2e{n}")).exists() {
+                continue;
+            }
+            let name = format!("crius-e2e-net-{n}");
+            let addr = SocketAddr::from_abstract_name(name.as_bytes())
+                .expect("an abstract socket name of 20 bytes fits in sun_path");
+            if let Ok(held) = UnixListener::bind_addr(&addr) {
+                return NetworkLease { n, _held: held };
+            }
+        }
+        panic!("every test network number in {NETWORKS:?} is taken");
+    }
+}
+
 /// One isolated crius with a registry, a pulled busybox image and a private bridge network.
 pub struct Env {
     pub crius: Crius,
@@ -83,46 +118,46 @@ pub struct Env {
     pub pods: Vec<String>,
     pub registry: Registry,
     net: TestDir,
+    /// Holds `n` until the bridge is deleted (the last field: dropped after `Drop::drop`).
+    _lease: NetworkLease,
 }
 
 impl Env {
     /// [`Env::new`], then the busybox image pulled through CRI `PullImage`.
-    pub async fn with_image(n: u8) -> Env {
-        Env::with_image_and_config(n, "").await
+    pub async fn with_image() -> Env {
+        Env::with_image_and_config("").await
     }
 
     /// [`Env::with_config`], then the busybox image pulled through CRI `PullImage`.
-    pub async fn with_image_and_config(n: u8, extra: &str) -> Env {
-        let mut env = Env::with_config(n, extra).await;
+    pub async fn with_image_and_config(extra: &str) -> Env {
+        let mut env = Env::with_config(extra).await;
         let pushed = env.pushed.clone();
         env.image_ref = env.pull(&pushed.reference).await;
         assert_eq!(env.image_ref, pushed.config_digest, "PullImage image_ref");
         env
     }
 
-    /// Starts everything for test number `n` (1..=199, unique across the test files; cni-glue's tests use 200 and up); the
-    /// image is pushed to the registry, not pulled.
-    pub async fn new(n: u8) -> Env {
-        Env::with_config(n, "").await
+    /// Starts everything on a network of its own ([`NetworkLease`]); the image is pushed to
+    /// the registry, not pulled.
+    pub async fn new() -> Env {
+        Env::with_config("").await
     }
 
     /// [`Env::new`] with `extra` appended to crius's config file (whole tables, such as
     /// `"[stream]\nheader_timeout_secs = 1\n"`).
-    pub async fn with_config(n: u8, extra: &str) -> Env {
-        Env::with_config_in(n, extra, None).await
+    pub async fn with_config(extra: &str) -> Env {
+        Env::with_config_in(extra, None).await
     }
 
     /// [`Env::with_config`] with crius's root and state in a subdirectory `sub` of its temp dir
     /// made with `mode` (see [`Crius::start_under`]).
-    pub async fn with_config_under(n: u8, extra: &str, sub: &str, mode: u32) -> Env {
-        Env::with_config_in(n, extra, Some((sub, mode))).await
+    pub async fn with_config_under(extra: &str, sub: &str, mode: u32) -> Env {
+        Env::with_config_in(extra, Some((sub, mode))).await
     }
 
-    async fn with_config_in(n: u8, extra: &str, under: Option<(&str, u32)>) -> Env {
-        assert!(
-            (1..200).contains(&n),
-            "test network number {n} out of range"
-        );
+    async fn with_config_in(extra: &str, under: Option<(&str, u32)>) -> Env {
+        let lease = NetworkLease::take();
+        let n = lease.n;
         let registry = Registry::start().unwrap();
         let pushed = images::push(&registry, TestImage::Busybox).unwrap();
         // The same image as docker.io/library/busybox, for the short-name pull.
@@ -171,6 +206,7 @@ impl Env {
             pods: Vec::new(),
             registry,
             net,
+            _lease: lease,
         }
     }
 
@@ -221,6 +257,11 @@ impl Env {
             .unwrap_or_else(|s| panic!("Exec: {s:?}"))
             .into_inner()
             .url
+    }
+
+    /// This test's subnet, `10.88.<n>.0/24`.
+    pub fn subnet(&self) -> String {
+        format!("10.88.{}.0/24", self.n)
     }
 
     /// The prefix of this test's subnet, `10.88.<n>.`.

@@ -74,8 +74,11 @@ TEST_ENV    = CRIUS_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/debug/crius \
 
 # Lint first: formatting fails in a second, before any build. The node VM's smoke (node_vm.rs)
 # runs with the others: the debug build's package in the cached guest image.
+# Afterwards the node's / and /root hold nothing new (.ci/nothing-new): tests write in their own
+# temp dirs only.
+NOTHING_NEW = ./.ci/nothing-new / /root -- env
 test: deps-test node-vm-deps lint build node-vm-image node-vm-deb
-	CRIUS_NODE_DEB=$(CURDIR)/$(DEBUG_DEB) $(TEST_ENV) $(TEST_CARGO) --no-fail-fast
+	$(NOTHING_NEW) CRIUS_NODE_DEB=$(CURDIR)/$(DEBUG_DEB) $(TEST_ENV) $(TEST_CARGO) --no-fail-fast
 
 # Unit tests of every crate and the shim's state machine against a fake launcher: no root, no
 # containers, no network. Tests that need root say "skipped ...: needs root" and return.
@@ -85,7 +88,7 @@ unit: check-rust
 
 # The integration and end-to-end tests (tests/, shim/tests/, image/tests/, ...): as root.
 e2e: deps-test build
-	$(TEST_ENV) $(TEST_CARGO) --no-fail-fast --test '*'
+	$(NOTHING_NEW) $(TEST_ENV) $(TEST_CARGO) --no-fail-fast --test '*'
 
 build: check-rust
 	$(TEST_CARGO) --no-run

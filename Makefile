@@ -74,8 +74,11 @@ TEST_ENV    = CRIUS_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/debug/crius \
 
 # Lint first: formatting fails in a second, before any build. The node VM's smoke (node_vm.rs)
 # runs with the others: the debug build's package in the cached guest image.
+# Afterwards the node's / and /root hold nothing new (.ci/nothing-new): tests write in their own
+# temp dirs only.
+NOTHING_NEW = ./.ci/nothing-new / /root -- env
 test: deps-test node-vm-deps lint build node-vm-image node-vm-deb
-	CRIUS_NODE_DEB=$(CURDIR)/$(DEBUG_DEB) $(TEST_ENV) $(TEST_CARGO) --no-fail-fast
+	$(NOTHING_NEW) CRIUS_NODE_DEB=$(CURDIR)/$(DEBUG_DEB) $(TEST_ENV) $(TEST_CARGO) --no-fail-fast
 
 # Unit tests of every crate and the shim's state machine against a fake launcher: no root, no
 # containers, no network. Tests that need root say "skipped ...: needs root" and return.
@@ -85,7 +88,7 @@ unit: check-rust
 
 # The integration and end-to-end tests (tests/, shim/tests/, image/tests/, ...): as root.
 e2e: deps-test build
-	$(TEST_ENV) $(TEST_CARGO) --no-fail-fast --test '*'
+	$(NOTHING_NEW) $(TEST_ENV) $(TEST_CARGO) --no-fail-fast --test '*'
 
 build: check-rust
 	$(TEST_CARGO) --no-run
@@ -162,7 +165,7 @@ cargo-deny: check-rust
 # The node VM (contrib/node-vm/README.md): a Debian 13 guest (systemd 257, cgroup v2 only,
 # AppArmor, Linux 6.12) built by debootstrap, cached in /var/cache/crius-node-vm/<hash of its
 # inputs>/ and booted by qemu (KVM where the CPU has it, TCG otherwise). test-node installs
-# crius's package in it and runs the pod smoke of tests/tests/node_vm.rs with both cgroup
+# crius's package in it and runs the pod smoke of tests/tests/e2e/node_vm.rs with both cgroup
 # drivers, then critest with each driver when CRITEST names a critest binary (results in
 # /tmp/critest-node-vm-<driver>.txt). NODE_DEB: the package to test
 # (default: the static debug build packaged by contrib/node-vm/debug-deb, as `make test` does;
@@ -187,7 +190,7 @@ CRITEST   ?=
 test-node: deps-test node-vm-deps build node-vm-image $(if $(filter $(DEBUG_DEB),$(NODE_DEB)),node-vm-deb)
 	CRIUS_NODE_DEB=$(abspath $(NODE_DEB)) CRIUS_NODE_VM_POWER_LOSS=$(POWER_LOSS) CRIUS_NODE_VM_UPGRADE=1 \
 	  CRIUS_NODE_VM_SOAK=$(NODE_SOAK) \
-	  $(TEST_ENV) $(TEST_CARGO) --test node_vm -- --nocapture --test-threads 1
+	  $(TEST_ENV) $(TEST_CARGO) --test e2e -- node_vm:: --nocapture --test-threads 1
 	$(if $(CRITEST),for driver in cgroupfs systemd; do \
 	  CRIUS_NODE_VM_CGROUP_DRIVER=$$driver ./contrib/node-vm/critest $(abspath $(CRITEST)) \
 	    $(abspath $(NODE_DEB)) /tmp/critest-node-vm-$$driver.txt || exit 1; done)
@@ -198,9 +201,9 @@ test-node: deps-test node-vm-deps build node-vm-image $(if $(filter $(DEBUG_DEB)
 BENCH_PODS ?= 10
 bench-node: deps-test node-vm-deps build node-vm-image deb
 	CRIUS_NODE_VM_BENCH=$(BENCH_PODS) CRIUS_NODE_DEB="$$(ls -t $(CURDIR)/target/debian/crius_*.deb | head -1)" \
-	  $(TEST_ENV) $(TEST_CARGO) --test node_vm bench_pod_start_against_containerd -- --nocapture
+	  $(TEST_ENV) $(TEST_CARGO) --test e2e -- node_vm::bench_pod_start_against_containerd --nocapture
 
-# The soak of tests/tests/soak.rs on this machine, with the release build: SOAK_PODS pods for
+# The soak of tests/tests/e2e/soak.rs on this machine, with the release build: SOAK_PODS pods for
 # SOAK_MINUTES under kubelet's relist (1 s), stats (10 s), an ExecSync probe of each pod every
 # 10 s and a churn of one pod every 6 s, crius's and its shims' RSS, fds, threads, CPU and the
 # database's size printed each minute. Asserts no failed call, no log line lost or repeated, no
@@ -211,7 +214,7 @@ soak: deps-test build build-release
 	CRIUS_SOAK_MINUTES=$(SOAK_MINUTES) CRIUS_SOAK_PODS=$(SOAK_PODS) \
 	  CRIUS_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/release/crius \
 	  CRIUS_SHIM_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/release/crius-shim \
-	  $(TEST_CARGO) --test soak -- --nocapture
+	  $(TEST_CARGO) --test e2e -- soak:: --nocapture
 
 # Kubernetes' node e2e suite (test/e2e_node, NodeConformance by default) against a crius started
 # fresh from this build, through the node-e2e harness (not part of crius: NODE_E2E_HARNESS is its

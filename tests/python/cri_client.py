@@ -1,4 +1,4 @@
-"""A CRI client on Python's grpcio, for the end-to-end tests (tests/tests/grpc_clients.rs).
+"""A CRI client on Python's grpcio, for the end-to-end tests (tests/tests/e2e/grpc_clients.rs).
 
 Compiles crius's api.proto with grpc_tools, connects to the socket the way an ordinary grpcio
 user does (target "unix://PATH", optionally with an explicit default authority), and calls

@@ -1,5 +1,5 @@
 """Sends CRI requests whose bytes do not decode, as a client with a broken or mismatched
-message definition would, for tests/tests/grpc_clients.rs. No proto is compiled: each request
+message definition would, for tests/tests/e2e/grpc_clients.rs. No proto is compiled: each request
 is raw bytes on grpcio's generic unary call. Prints one JSON object: for each case, the
 [code, details] crius answered, or "OK".
 

@@ -1,4 +1,4 @@
-//! End-to-end fixtures for crius, shared by every test under `tests/tests/`.
+//! End-to-end fixtures for crius, shared by every test of `tests/tests/e2e/`.
 //!
 //! Everything here is real: [`registry::Registry`] runs Debian's `docker-registry`,
 //! [`images`] builds OCI images from Debian's static busybox and pushes them over the distribution

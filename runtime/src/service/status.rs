@@ -51,8 +51,8 @@ pub async fn status(daemon: &Arc<Daemon>, req: StatusRequest) -> Result<StatusRe
         }),
         info,
         // The default handler under "", then each usable one by name, with its probed features
-        // (built-in: rro with mount_setattr(AT_RECURSIVE), Linux 5.12+, tests/tests/security.rs;
-        // user namespaces from `userns::probe`, tests/tests/userns.rs): see `handlers.rs`.
+        // (built-in: rro with mount_setattr(AT_RECURSIVE), Linux 5.12+, tests/tests/e2e/security.rs;
+        // user namespaces from `userns::probe`, tests/tests/e2e/userns.rs): see `handlers.rs`.
         runtime_handlers: daemon.handlers().status(),
         features: Some(RuntimeFeatures {
             // Merge and Strict are both applied when the process user is resolved.

@@ -1697,8 +1697,12 @@ async fn soak_containerd(
     let pause = sleeper
         .reference
         .replace(&registry.host_port(), &format!("{GUEST_REGISTRY}:{port}"));
+    // containerd takes a host without `[host]` capabilities for an HTTPS one.
+    let guest_registry = format!("{GUEST_REGISTRY}:{port}");
     guest.sh(&format!(
-        "mkdir -p /etc/containerd && cat > /etc/containerd/config.toml <<'EOF'\n{}EOF\n\
+        "printf 'server = \"http://{guest_registry}\"\\n\\n[host.\"http://{guest_registry}\"]\\n  \
+         capabilities = [\"pull\", \"resolve\"]\\n' > /etc/crius/certs.d/{guest_registry}/hosts.toml && \
+         mkdir -p /etc/containerd && cat > /etc/containerd/config.toml <<'EOF'\n{}EOF\n\
          systemctl restart containerd && systemctl is-active containerd",
         containerd_config(&pause)
     ));

@@ -1706,6 +1706,8 @@ async fn soak_containerd(
          systemctl restart containerd && systemctl is-active containerd",
         containerd_config(&pause)
     ));
+    // The pods take crius's pods' names again: their logs (which only kubelet removes) go.
+    guest.sh("rm -rf /var/log/pods/crius-node_soak-*");
     let versions = guest.sh("containerd --version; runc --version | head -1");
     println!(
         "node vm soak against {}",

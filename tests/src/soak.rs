@@ -470,6 +470,12 @@ fn row_line(r: &Row) -> String {
 }
 
 impl Report {
+    /// Whether every sample found a shim for each pod running: a sampler that finds none would
+    /// make "no shim left" true of any run.
+    pub fn saw_every_shim(&self) -> bool {
+        !self.rows.is_empty() && self.rows.iter().all(|r| r.sample.shims.len() >= r.pods)
+    }
+
     /// The table, the growth after the warm-up, the failures and the log checks.
     pub fn render(&self) -> String {
         let mut out = String::new();

@@ -1659,6 +1659,7 @@ async fn soak_with_churn_probes_and_logs() {
     assert_eq!(report.failed, 0, "failed calls: {:#?}", report.failures);
     assert!(report.log_problems.is_empty(), "{:#?}", report.log_problems);
     assert!(report.cycles > 0, "the churn replaced no pod");
+    assert!(report.saw_every_shim(), "the sampler missed shims");
     let after = report.after.expect("a sample after the pods were removed");
     assert!(
         after.shims.is_empty(),

@@ -38,14 +38,19 @@ impl Node for Local {
     }
 
     fn complaints(&mut self) -> crius_tests::Result<Vec<String>> {
-        let log = std::fs::read_to_string(&self.log)
-            .map_err(|e| Error::Node(format!("read {}: {e}", self.log.display())))?;
-        Ok(log
-            .lines()
-            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-            .map(String::from)
-            .collect())
+        complaints(&self.log)
     }
+}
+
+/// The lines of crius's log at `log` at WARN or ERROR.
+fn complaints(log: &std::path::Path) -> crius_tests::Result<Vec<String>> {
+    let text = std::fs::read_to_string(log)
+        .map_err(|e| Error::Node(format!("read {}: {e}", log.display())))?;
+    Ok(text
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .map(String::from)
+        .collect())
 }
 
 fn minutes(var: &str) -> Option<f64> {
@@ -84,11 +89,7 @@ async fn soak_of_110_pods_with_churn_probes_and_logs() {
     };
     let report = soak::run(env.rt(), &plan, Arc::new(shape(&env)), Box::new(node)).await;
     println!("{}", report.render());
-    let mut local = Local {
-        args: Vec::new(),
-        log: env.crius.log_path(),
-    };
-    let complaints = local.complaints().unwrap();
+    let complaints = complaints(&env.crius.log_path()).unwrap();
     let errors: Vec<&String> = complaints
         .iter()
         .filter(|l| l.contains(" ERROR "))
@@ -104,6 +105,7 @@ async fn soak_of_110_pods_with_churn_probes_and_logs() {
     assert_eq!(report.failed, 0, "failed calls: {:#?}", report.failures);
     assert!(report.log_problems.is_empty(), "{:#?}", report.log_problems);
     assert!(report.cycles > 0, "the churn replaced no pod");
+    assert!(report.saw_every_shim(), "the sampler missed shims");
     assert!(errors.is_empty(), "crius logged errors: {errors:#?}");
     let after = report.after.expect("a sample after the pods were removed");
     assert!(

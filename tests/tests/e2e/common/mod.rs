@@ -67,11 +67,9 @@ fn bridge_conflist(n: u8, ipam_dir: &Path) -> String {
     )
 }
 
-/// The network numbers [`NetworkLease`] hands out. Others are taken by tests that pick their
-/// own: the soak test's 126 (in older builds), the lifecycle bench's 160–162, cni-glue's tests'
-/// 200 and up.
+/// The network numbers [`NetworkLease`] hands out. Others are taken by what picks its own:
+/// the lifecycle bench's 160–162, cni-glue's tests' 200 and up.
 const NETWORKS: std::ops::RangeInclusive<u8> = 1..=159;
-const TAKEN: [u8; 1] = [126];
 
 /// One network number `n` (bridge `crius-e2e<n>`, subnet `10.88.<n>.0/24`) held by this
 /// process: an abstract unix socket named for it is bound, which the kernel frees when the
@@ -90,7 +88,7 @@ impl NetworkLease {
         let (first, count) = (*NETWORKS.start() as usize, NETWORKS.len());
         for _ in 0..count {
             let n = (first + NEXT.fetch_add(1, Ordering::Relaxed) % count) as u8;
-            if TAKEN.contains(&n) || Path::new(&format!("/sys/class/net/crius-e2e{n}")).exists() {
+            if Path::new(&format!("/sys/class/net/crius-e2e{n}")).exists() {
                 continue;
             }
             let name = format!("crius-e2e-net-{n}");

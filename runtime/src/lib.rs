@@ -15,6 +15,7 @@ pub mod error;
 pub mod events;
 pub mod handlers;
 pub mod heap;
+pub mod lanes;
 pub mod layout;
 pub mod logging;
 pub mod mounts;

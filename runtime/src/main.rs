@@ -357,23 +357,34 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let socket_path = config
         .socket_path()
         .map_err(|m| anyhow::anyhow!("listen {:?}: {m}", config.listen))?;
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    // The writing calls (RunPodSandbox, CreateContainer, Stop*, Remove*) make blocking
-    // syscalls on the worker that runs them: mounts, cgroup and file writes, the database's
-    // fsync. With one worker per core (two here) ten of them in flight left no worker for the
-    // status and list calls kubelet makes every second, which then waited for them (issue 50:
-    // ContainerStatus p50 0.2 ms idle, 7.5 ms under 10 writers). More workers than cores keep
-    // one free for them (2.0 ms with 8); a worker costs its stack and about 100 KiB resident.
-    // TOKIO_WORKER_THREADS, tokio's own setting, still wins.
-    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        builder.worker_threads((2 * cores).max(8));
+    // Two runtimes (`crius::lanes`): the gRPC server and the calls that only read on one whose
+    // threads run at a higher priority, the lifecycle calls and what they leave running on
+    // another. The writers make blocking syscalls on the worker that runs them (mounts, cgroup
+    // and file writes, the database's fsync): more workers than cores keep some free while ten
+    // of them are in flight; a worker costs its stack and about 100 KiB resident.
+    // TOKIO_WORKER_THREADS, tokio's own setting, still wins for both.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let fixed = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
+    let mut reads = tokio::runtime::Builder::new_multi_thread();
+    if !fixed {
+        reads.worker_threads(cores.clamp(2, 4));
     }
-    let runtime = builder
+    let runtime = reads
         .enable_all()
         .thread_name("crius")
+        .on_thread_start(crius::lanes::raise_this_thread)
         .build()
         .context("start the async runtime")?;
+    let mut writes = tokio::runtime::Builder::new_multi_thread();
+    if !fixed {
+        writes.worker_threads((2 * cores).max(8));
+    }
+    let writes = writes
+        .enable_all()
+        .thread_name("crius-w")
+        .build()
+        .context("start the writers' async runtime")?;
+    crius::lanes::set_writes(writes.handle().clone());
     runtime.block_on(async move {
         let signals = StopSignals::install()?;
         // SIGHUP's default action ends the process: caught before the socket exists too.
@@ -383,11 +394,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let socket = Socket::claim(&socket_path)?;
         let in_force = config.clone();
         let daemon = Daemon::open(config)?;
-        daemon.start().await?;
+        // Recovery, and the watchers, servers and background work start leaves running, go
+        // on the writes lane.
+        let starting = daemon.clone();
+        crius::lanes::spawn_write(async move { starting.start().await })
+            .await
+            .context("start the daemon")??;
         // What start-up and recovery freed first, then every half minute what bursts free.
         crius::heap::trim_periodically();
         let admin = daemon.config().state.join(crius::admin::SOCKET_NAME);
-        crius::admin::server::serve(daemon.clone(), &admin)?;
+        {
+            // Imports and exports are writers' work.
+            let _lane = crius::lanes::enter_writes();
+            crius::admin::server::serve(daemon.clone(), &admin)?;
+        }
         crius::reload::on_hangup(hangup, log, daemon.clone(), in_force, move || {
             load_config(&cli)
         });

@@ -320,7 +320,7 @@ async fn run(args: &Args) -> Result<()> {
     let mut daemon = None;
     // kept for the whole run
     let mut _nri_plugin = None;
-    let (channel, daemon_pid, names) = match &args.endpoint {
+    let (channel, daemon_pid, names, socket) = match &args.endpoint {
         None => {
             let d = Daemon::start(
                 &work,
@@ -344,6 +344,7 @@ async fn run(args: &Args) -> Result<()> {
                 println!("nri: {}", args.nri);
             }
             let pid = d.pid();
+            let socket = d.socket.clone();
             daemon = Some(d);
             let host = registry.host_port();
             let names = Names {
@@ -351,7 +352,7 @@ async fn run(args: &Args) -> Result<()> {
                 big: format!("{host}/{BIG_REPOSITORY}:v1"),
                 pause: None,
             };
-            (channel, Some(pid), names)
+            (channel, Some(pid), names, socket)
         }
         Some(socket) => {
             let hosts_dir = args.hosts_dir.as_deref().ok_or("--hosts-dir missing")?;
@@ -364,11 +365,12 @@ async fn run(args: &Args) -> Result<()> {
                 big: format!("{m}/{BIG_REPOSITORY}:v1"),
                 pause: Some(format!("{m}/{PAUSE_REPOSITORY}:latest")),
             };
-            (channel, args.daemon_pid, names)
+            (channel, args.daemon_pid, names, socket.clone())
         }
     };
 
     let mut bench = Bench {
+        socket,
         handler: args.handler.clone(),
         rt: RuntimeServiceClient::new(channel.clone()),
         images: image_service_client::ImageServiceClient::new(channel),
@@ -433,32 +435,40 @@ async fn interleaved(
 ) -> Result<()> {
     let daemon = Daemon::start(work, args.crius_log.as_deref(), None, &args.nri)?;
     let crius_channel = daemon.connect().await?;
+    let crius_socket = daemon.socket.clone();
     // The second runtime: another crius build, with its own directories and network, or the
     // runtime at --endpoint, which pulls through the bench's mirror.
-    let (other_channel, other_image, second) = match (&args.against, &args.endpoint) {
+    let (other_channel, other_socket, other_image, second) = match (&args.against, &args.endpoint) {
         (Some(dir), _) => {
             let (bin, shim) = (dir.join("crius"), dir.join("crius-shim"));
             let d = Daemon::start_build(work, (&bin, &shim), true, None, None, &args.nri)?;
-            (d.connect().await?, busybox.to_string(), Some(d))
+            let socket = d.socket.clone();
+            (d.connect().await?, socket, busybox.to_string(), Some(d))
         }
         (None, Some(socket)) => {
             let hosts_dir = args.hosts_dir.as_deref().ok_or("--hosts-dir missing")?;
             write_mirror(hosts_dir, &args.mirror, &registry.host_port())?;
             push_pause_image(registry, work)?;
             let image = format!("{}/{}:latest", args.mirror, TestImage::Busybox.repository());
-            (crius_tests::crius::connect(socket).await?, image, None)
+            (
+                crius_tests::crius::connect(socket).await?,
+                socket.clone(),
+                image,
+                None,
+            )
         }
         (None, None) => return Err("--interleave needs --endpoint or --against".into()),
     };
     let mut benches = Vec::new();
-    for (channel, image, seq) in [
-        (crius_channel, busybox.to_string(), 0),
+    for (channel, socket, image, seq) in [
+        (crius_channel, crius_socket, busybox.to_string(), 0),
         // Other pod names (and so other pod cgroups) than the first's.
-        (other_channel, other_image, 1_000_000),
+        (other_channel, other_socket, other_image, 1_000_000),
     ] {
         let logs = work.join(format!("logs-{seq}"));
         std::fs::create_dir_all(&logs)?;
         benches.push(Bench {
+            socket,
             handler: args.handler.clone(),
             rt: RuntimeServiceClient::new(channel.clone()),
             images: image_service_client::ImageServiceClient::new(channel),
@@ -1173,9 +1183,42 @@ async fn reads_under_writes(
             Ok::<_, String>((b, cycles))
         }));
     }
-    // The writers get going before the reads are timed.
+    // The writers get going before the reads are timed. The reads are made from a thread and
+    // a connection of their own, so that they do not queue behind the writers' work in this
+    // process (its two workers) but only behind what the runtime does.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let loaded = sample(bench, &pod, &container, image, n).await;
+    let reader = {
+        let (socket, pod, container, image) = (
+            bench.socket.clone(),
+            pod.clone(),
+            container.clone(),
+            image.to_string(),
+        );
+        let mut b = bench.clone();
+        std::thread::spawn(move || -> std::result::Result<Vec<Vec<Duration>>, String> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(async move {
+                let channel = crius_tests::crius::connect(&socket)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                b.rt = RuntimeServiceClient::new(channel.clone());
+                b.images = image_service_client::ImageServiceClient::new(channel);
+                sample(&mut b, &pod, &container, &image, n)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        })
+    };
+    let loaded = tokio::task::spawn_blocking(move || {
+        reader
+            .join()
+            .unwrap_or_else(|_| Err("the reader thread panicked".into()))
+    })
+    .await?
+    .map_err(BoxError::from);
     stop.store(true, Ordering::SeqCst);
     let mut cycles = 0;
     let mut first_error = None;
@@ -1595,6 +1638,8 @@ struct ContainerCycle {
 #[derive(Clone)]
 struct Bench {
     rt: RuntimeServiceClient<Channel>,
+    /// The runtime's socket, for a connection of another thread's own (`--reads`).
+    socket: PathBuf,
     /// The RuntimeClass handler every pod names (`--runtime-handler`; empty: the default).
     handler: String,
     images: image_service_client::ImageServiceClient<Channel>,
@@ -1728,6 +1773,19 @@ impl Bench {
             command: vec!["sleep".into(), "3600".into()],
             log_path: format!("{name}.log"),
             labels: HashMap::from([(LABEL.to_string(), "true".to_string())]),
+            // as kubelet: the pod's namespaces, its user namespace included (containerd 2
+            // refuses a container whose user namespace differs from its pod's)
+            linux: Some(LinuxContainerConfig {
+                security_context: Some(LinuxContainerSecurityContext {
+                    namespace_options: pod_config
+                        .linux
+                        .as_ref()
+                        .and_then(|l| l.security_context.as_ref())
+                        .and_then(|s| s.namespace_options.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let t = Instant::now();

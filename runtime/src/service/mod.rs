@@ -62,6 +62,17 @@ fn is_poll(method: &str) -> bool {
         )
 }
 
+/// The calls that change nothing crius keeps (status, lists, stats, probes, streaming URLs,
+/// the event stream): they run on the reads lane, every other call and what it leaves running
+/// on the writes lane (`lanes`). A call added to the CRI is a write until it is named here.
+fn reads_only(method: &str) -> bool {
+    is_poll(method)
+        || matches!(
+            method,
+            "ExecSync" | "Exec" | "Attach" | "PortForward" | "GetContainerEvents"
+        )
+}
+
 /// RPC handlers running now, those that go on after their client's deadline included.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
@@ -117,13 +128,16 @@ where
     let answer_by = deadline.map(|limit| start + limit);
     let running = Running::start();
     let handled = ANSWER_BY.scope(answer_by, handler(request));
-    let task = tokio::spawn(
-        async move {
-            let _running = running;
-            handled.await
-        }
-        .instrument(span.clone()),
-    );
+    let handled = async move {
+        let _running = running;
+        handled.await
+    }
+    .instrument(span.clone());
+    let task = if reads_only(method) {
+        tokio::spawn(handled)
+    } else {
+        crate::lanes::spawn_write(handled)
+    };
     let mut task = AbortOnDrop {
         task,
         abort: ends_with_its_client(method),

@@ -14,7 +14,7 @@
 //! bench starts Debian's docker-registry on loopback, pushes the busybox test image and a
 //! generated ~200 MB five-layer image (shaped like the one of `image/benches/pull.rs`), starts
 //! crius on a temp root with its own bridge CNI network (bridge `crius-bench0`, subnet
-//! `10.88.160.0/24`), then measures, with `--iterations` runs each:
+//! `10.88.164.0/22`), then measures, with `--iterations` runs each:
 //!
 //! - `Version`, a call that does nothing: the cost of a call itself;
 //! - cold `PullImage` of the big image (empty root), then of busybox (whose one layer is the
@@ -81,6 +81,13 @@
 //!   StartContainer, StopPodSandbox and RemovePodSandbox (critest's 10-at-a-time mix): p50 and
 //!   p99 of each, and the loaded figure against the idle one — whether reads queue behind
 //!   writes (issue 50);
+//! - `--scale 10,110,500`: pods with one container each started 10 at a time up to each count
+//!   (kubelet's cgroupfs layout, the bridge network); at each: the daemon's RSS, the shims' PSS
+//!   summed, the idle CPU of daemon and shims per minute, ContainerStatus, ListContainers and
+//!   ListPodSandbox (p50, p99 of 100), ListContainerStats and ListPodSandboxStats (p50 of 5),
+//!   and one more pod's RunPodSandbox and create + start (p50 of 5); with `--restart`, the
+//!   restart is timed at the last count. Against another runtime (`--endpoint`, `--daemon-pid`)
+//!   the same, so two runs give the curve of each;
 //! - `--host-mounts N`: N more mounts on the host (small tmpfs mounts in a temporary directory,
 //!   removed at the end) for the whole run, as a node with many pods and volumes has: how the
 //!   calls grow with the size of the mount table. The bench prints the host's mount count.
@@ -117,10 +124,11 @@ type Result<T> = std::result::Result<T, BoxError>;
 
 const CNI_BIN: &str = "/usr/lib/cni";
 const BRIDGE: &str = "crius-bench0";
-const SUBNET: &str = "10.88.160.0/24";
+/// A /22: room for the 500 pods of `--scale`.
+const SUBNET: &str = "10.88.164.0/22";
 /// The network of the second crius of `--interleave --against`.
 const BRIDGE_B: &str = "crius-bench1";
-const SUBNET_B: &str = "10.88.162.0/24";
+const SUBNET_B: &str = "10.88.168.0/22";
 /// Pods are placed below this cgroup (kubelet-like: one parent per pod); removed at the end.
 const CGROUP_ROOT: &str = "crius-bench";
 const NAMESPACE: &str = "crius-bench";
@@ -160,6 +168,8 @@ struct Args {
     restart: bool,
     /// Reads timed idle and under 10 writers, this many of each (`--reads N`; 0: none).
     reads: usize,
+    /// The scale curve's steps, in pods running (`--scale 10,110,500`; empty: none).
+    scale: Vec<usize>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -183,6 +193,7 @@ fn parse_args() -> Result<Args> {
         against: None,
         restart: false,
         reads: 0,
+        scale: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -212,6 +223,15 @@ fn parse_args() -> Result<Args> {
             "--against" => args.against = Some(PathBuf::from(value()?)),
             "--restart" => args.restart = true,
             "--reads" => args.reads = value()?.parse()?,
+            "--scale" => {
+                args.scale = value()?
+                    .split(',')
+                    .map(|n| n.trim().parse::<usize>())
+                    .collect::<std::result::Result<_, _>>()?;
+                if args.scale.windows(2).any(|w| w[0] >= w[1]) || args.scale.first() == Some(&0) {
+                    return Err("--scale: pod counts that grow, such as 10,110,500".into());
+                }
+            }
             "--nri" => {
                 args.nri = value()?;
                 if !["on", "off", "plugin"].contains(&args.nri.as_str()) {
@@ -906,10 +926,15 @@ async fn measure(
         let lines = steady(bench, &pods, &containers, args.steady, daemon_pid).await?;
         report.extra.extend(lines);
     }
-    if let Some(how) = restart {
-        let lines = restart_with_pods(bench, how, pods.len()).await?;
-        report.extra.extend(lines);
-    }
+    // With --scale the restart is timed at its last step instead.
+    let restart = match restart {
+        Some(how) if args.scale.is_empty() => {
+            let lines = restart_with_pods(bench, how, pods.len()).await?;
+            report.extra.extend(lines);
+            None
+        }
+        other => other,
+    };
     let t = Instant::now();
     for pod in &pods {
         bench.remove_pod(pod).await?;
@@ -917,6 +942,10 @@ async fn measure(
     report.pods_remove_time = t.elapsed();
     if args.reads > 0 {
         let lines = reads_under_writes(bench, &names.busybox, args.reads, 10).await?;
+        report.extra.extend(lines);
+    }
+    if !args.scale.is_empty() {
+        let lines = scale_curve(bench, &args.scale, daemon_pid, restart).await?;
         report.extra.extend(lines);
     }
     if args.burst {
@@ -939,6 +968,220 @@ async fn measure(
         }
     }
     Ok(report)
+}
+
+/// Seconds over which the scale curve measures the idle CPU of the daemon and the shims.
+const SCALE_IDLE_SECS: u64 = 20;
+
+/// `--scale`: pods with one container each started 10 at a time up to each step; at each step
+/// the daemon's RSS, the shims' PSS, the idle CPU of daemon and shims per minute, the reads
+/// kubelet makes (p50, p99), the two stats lists, and one more pod's RunPodSandbox and create +
+/// start; at the last step the restart (with `--restart`). One row per step, then everything is
+/// removed.
+async fn scale_curve(
+    bench: &mut Bench,
+    steps: &[usize],
+    daemon_pid: Option<u32>,
+    restart: Option<Restart<'_>>,
+) -> Result<Vec<String>> {
+    let mut pods: Vec<String> = Vec::new();
+    let mut containers: Vec<String> = Vec::new();
+    let mut rows = vec![
+        String::new(),
+        format!(
+            "{:<6} {:>8} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8}",
+            "pods",
+            "rss MB",
+            "shims MB",
+            "cpu s/m",
+            "CS p50",
+            "CS p99",
+            "LC p50",
+            "LC p99",
+            "LP p50",
+            "LP p99",
+            "LCS ms",
+            "LPS ms",
+            "+pod ms",
+            "+c+s ms"
+        ),
+    ];
+    for &step in steps {
+        while pods.len() < step {
+            let batch = (step - pods.len()).min(10);
+            let mut tasks = Vec::with_capacity(batch);
+            for _ in 0..batch {
+                let mut b = bench.clone();
+                bench.seq += 1_000;
+                tasks.push(tokio::spawn(async move {
+                    let config = b.pod_config(false);
+                    let pod = b.run_pod(&config).await.map_err(|e| e.to_string())?;
+                    let container = b
+                        .create_start(&pod, &config)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>((pod, container))
+                }));
+            }
+            for t in tasks {
+                let (pod, container) = t.await??;
+                pods.push(pod);
+                containers.push(container);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let shims = shims_of(&pods);
+        if shims.len() < pods.len() {
+            eprintln!("scale: {} shims found for {} pods", shims.len(), pods.len());
+        }
+        let rss = daemon_pid
+            .map(Memory::of)
+            .transpose()?
+            .map_or(0.0, |m| m.rss_kib as f64 / 1024.0);
+        let mut shims_pss = 0u64;
+        for pid in &shims {
+            shims_pss += Memory::of(*pid).map_or(0, |m| m.pss_kib);
+        }
+        let mut all: Vec<u32> = shims.clone();
+        all.extend(daemon_pid);
+        let cpu = |pids: &[u32]| -> f64 { pids.iter().map(|p| cpu_seconds(*p)).sum() };
+        let before = cpu(&all);
+        tokio::time::sleep(Duration::from_secs(SCALE_IDLE_SECS)).await;
+        let idle_cpu = (cpu(&all) - before) * 60.0 / SCALE_IDLE_SECS as f64;
+
+        let n = 100;
+        let (mut cs, mut lc, mut lp) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..n {
+            let id = containers[i % containers.len()].clone();
+            let t = Instant::now();
+            bench
+                .rt
+                .container_status(ContainerStatusRequest {
+                    container_id: id,
+                    verbose: false,
+                })
+                .await?;
+            cs.push(t.elapsed());
+            let t = Instant::now();
+            bench
+                .rt
+                .list_containers(ListContainersRequest::default())
+                .await?;
+            lc.push(t.elapsed());
+            let t = Instant::now();
+            bench
+                .rt
+                .list_pod_sandbox(ListPodSandboxRequest::default())
+                .await?;
+            lp.push(t.elapsed());
+        }
+        let (mut lcs, mut lps) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            let t = Instant::now();
+            bench
+                .rt
+                .list_container_stats(ListContainerStatsRequest::default())
+                .await?;
+            lcs.push(t.elapsed());
+            let t = Instant::now();
+            bench
+                .rt
+                .list_pod_sandbox_stats(ListPodSandboxStatsRequest::default())
+                .await?;
+            lps.push(t.elapsed());
+        }
+        let (mut more_pod, mut more_cs) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            let config = bench.pod_config(false);
+            let t = Instant::now();
+            let pod = bench.run_pod(&config).await?;
+            more_pod.push(t.elapsed());
+            let t = Instant::now();
+            let made = bench.create_start(&pod, &config).await;
+            more_cs.push(t.elapsed());
+            bench.remove_pod(&pod).await?;
+            made?;
+        }
+        for v in [
+            &mut cs,
+            &mut lc,
+            &mut lp,
+            &mut lcs,
+            &mut lps,
+            &mut more_pod,
+            &mut more_cs,
+        ] {
+            v.sort();
+        }
+        let p = |v: &[Duration], q: usize| ms(percentile(v, q));
+        rows.push(format!(
+            "{:<6} {:>8.1} {:>9.1} {:>9.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>8.1} {:>8.1} {:>8.1} {:>8.1}",
+            pods.len(),
+            rss,
+            shims_pss as f64 / 1024.0,
+            idle_cpu,
+            p(&cs, 50),
+            p(&cs, 99),
+            p(&lc, 50),
+            p(&lc, 99),
+            p(&lp, 50),
+            p(&lp, 99),
+            p(&lcs, 50),
+            p(&lps, 50),
+            p(&more_pod, 50),
+            p(&more_cs, 50)
+        ));
+        println!("{}", rows[rows.len() - 1]);
+    }
+    rows.push(
+        "(rss: the daemon's; shims: their PSS summed; cpu: daemon + shims, CPU seconds a minute \
+         idle; CS ContainerStatus, LC ListContainers, LP ListPodSandbox, ms; LCS/LPS \
+         ListContainerStats/ListPodSandboxStats p50; +pod one more RunPodSandbox, +c+s its \
+         CreateContainer + StartContainer, p50 of 5)"
+            .into(),
+    );
+    if let Some(how) = restart {
+        rows.extend(restart_with_pods(bench, how, pods.len()).await?);
+    }
+    let t = Instant::now();
+    for pod in &pods {
+        bench.remove_pod(pod).await?;
+    }
+    rows.push(format!(
+        "scale: {} pods removed in {:.1} s",
+        pods.len(),
+        t.elapsed().as_secs_f64()
+    ));
+    Ok(rows)
+}
+
+/// The shims of `pods`, from one pass over `/proc` (a pass per pod is slow with 500 of them).
+fn shims_of(pods: &[String]) -> Vec<u32> {
+    let wanted: std::collections::HashSet<&[u8]> = pods.iter().map(|p| p.as_bytes()).collect();
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let mut args = cmdline.split(|b| *b == 0);
+        let Some(argv0) = args.next() else { continue };
+        let program = String::from_utf8_lossy(argv0);
+        let base = program.rsplit('/').next().unwrap_or("");
+        if base.contains("shim") && !base.contains("helper") && args.any(|a| wanted.contains(a)) {
+            found.push(pid);
+        }
+    }
+    found
 }
 
 /// How `--restart` restarts the daemon.

@@ -4,15 +4,27 @@ use std::path::PathBuf;
 
 use super::v1;
 
-/// Every cgroup hierarchy mounted on this host (each v1 controller and the v2 tree).
-pub fn hierarchies() -> Vec<PathBuf> {
+/// Every cgroup hierarchy mounted on this host (each v1 controller and the v2 tree), read from
+/// the mount table once, as [`super::Hierarchy::host`] is: the cgroup mounts do not move under
+/// a running crius, and the table holds every pod's mounts (about 2,000 lines at 500 pods),
+/// which every removal and reap loop read again before.
+pub fn hierarchies() -> &'static [PathBuf] {
+    static FOUND: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    if let Some(found) = FOUND.get() {
+        return found;
+    }
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
+        return &[];
     };
-    cgroup_mounts(&info)
+    let found: Vec<PathBuf> = cgroup_mounts(&info)
         .into_iter()
         .map(|m| m.mount_point)
-        .collect()
+        .collect();
+    if found.is_empty() {
+        // not remembered: a table without cgroups is a failure to read it, not the host
+        return &[];
+    }
+    FOUND.get_or_init(|| found)
 }
 
 /// One cgroup filesystem in the mount table.

@@ -6,7 +6,8 @@
 #       only, as root), make lint (fmt, clippy, rustdoc), make install (binaries, systemd unit,
 #       config, a CNI network if none), make deb (a Debian package of the same),
 #       make test-node (crius's package in the node VM, contrib/node-vm: Debian 13 under qemu),
-#       make node-e2e NODE_E2E_HARNESS=DIR (Kubernetes' node e2e suite against a fresh crius).
+#       make node-e2e NODE_E2E_HARNESS=DIR (Kubernetes' node e2e suite against a fresh crius),
+#       make bench [BENCH_ENDPOINT=unix://... CRITEST=...] (the performance figures and ratios).
 
 CARGO ?= cargo
 # Debian packages crius or its tests use at run time.
@@ -28,7 +29,7 @@ TEST_PACKAGES := $(RUN_PACKAGES) docker-registry busybox-static apache2-utils op
                  python3-venv runc crun runsc tinyproxy containerd
 
 .PHONY: run test unit e2e build build-debug build-release install deb cargo-deb cargo-deny deps-run deps-test \
-        check-rust lint test-node bench-node node-vm-deps node-vm-image node-vm-deb node-e2e soak
+        check-rust lint test-node bench bench-node node-vm-deps node-vm-image node-vm-deb node-e2e soak
 
 # `make install`: where things go (DESTDIR is prepended to every path, for packaging).
 PREFIX     ?= /usr/local
@@ -215,6 +216,16 @@ soak: deps-test build build-release
 	  CRIUS_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/release/crius \
 	  CRIUS_SHIM_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/release/crius-shim \
 	  $(TEST_CARGO) --test e2e -- soak:: --nocapture
+
+# Issue 50's figures in one command (contrib/bench/run): the lifecycle bench one call at a time,
+# the reads kubelet makes under 10 writers, the scale curve (BENCH_SCALE pods) and, with CRITEST,
+# critest's benchmark; with BENCH_ENDPOINT (another runtime; BENCH_HOSTS_DIR, BENCH_DAEMON_PID:
+# tests/benches/README.md) the same against it, and the ratios. Prints figures, asserts none.
+BENCH_OUT ?= /tmp/crius-bench-$(shell date +%Y%m%d-%H%M%S)
+bench: deps-test build-release
+	CRIUS_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/release/crius \
+	  CRIUS_SHIM_BIN=$(CURDIR)/target/$(HOST_TRIPLE)/release/crius-shim \
+	  $(if $(CRITEST),CRITEST=$(abspath $(CRITEST))) ./contrib/bench/run $(BENCH_OUT)
 
 # Kubernetes' node e2e suite (test/e2e_node, NodeConformance by default) against a crius started
 # fresh from this build, through the node-e2e harness (not part of crius: NODE_E2E_HARNESS is its

@@ -45,6 +45,7 @@ const LOWER: &[&str] = &[
     "logging",
     "mounts",
     "notify",
+    "lanes",
     "records",
     "shims",
     "spec",

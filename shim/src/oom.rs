@@ -190,7 +190,13 @@ impl OomWatch {
         let Some(fd) = &self.fd else {
             return;
         };
-        drain(fd.as_raw_fd());
+        let signals = drain(fd.as_raw_fd());
+        // v1: the cgroup's removal signals the eventfd once; a shim that wakes only after it
+        // (a busy node) reads more than one signal when an OOM episode came first, whose
+        // kill the removal hid.
+        if self.counter.is_v1() && signals >= 2 && self.counter.counts().is_none() {
+            self.episode = true;
+        }
         self.look(true, Instant::now());
     }
 
@@ -312,15 +318,23 @@ fn add_inotify_watch(ifd: &OwnedFd, path: &Path) -> Result<(), WatchError> {
 }
 
 /// Read a non-blocking eventfd or inotify descriptor empty.
-fn drain(fd: RawFd) {
+/// Reads `fd` until it would block. Returns the sum of the eventfd counters read (an eventfd
+/// read is 8 bytes: the signals since the last read); for inotify it means nothing.
+fn drain(fd: RawFd) -> u64 {
     let mut buf = [0u8; 512];
+    let mut signals = 0u64;
     loop {
         // SAFETY: reading into a buffer we own, of the length we pass.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n == 8 {
+            let mut value = [0u8; 8];
+            value.copy_from_slice(&buf[..8]);
+            signals = signals.saturating_add(u64::from_ne_bytes(value));
+        }
         if n > 0 || (n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)) {
             continue;
         }
-        return;
+        return signals;
     }
 }
 
@@ -413,6 +427,57 @@ mod tests {
         w.on_ready();
         fs::remove_file(&file).unwrap();
         assert!(w.finish());
+    }
+
+    /// A v1 watch over a stand-in `memory.oom_control`, with an eventfd the test signals
+    /// itself (the kernel's registration needs a real memory cgroup).
+    fn v1_watch(dir: &Path) -> (OomWatch, PathBuf) {
+        let file = dir.join("memory.oom_control");
+        fs::write(&file, "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n").unwrap();
+        let counter = OomCounter { file: file.clone() };
+        let base = counter.counts().unwrap();
+        // SAFETY: eventfd(2) with valid flags, checked below.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        assert!(efd >= 0);
+        let w = OomWatch {
+            counter,
+            base,
+            // SAFETY: the descriptor was just created and is owned here.
+            fd: Some(unsafe { OwnedFd::from_raw_fd(efd) }),
+            killed: false,
+            episode: false,
+            recheck: None,
+        };
+        (w, file)
+    }
+
+    fn signal(w: &OomWatch, times: u64) {
+        let value = times.to_ne_bytes();
+        // SAFETY: an 8-byte write of a counter to our own eventfd.
+        let n = unsafe { libc::write(w.raw_fd().unwrap(), value.as_ptr().cast(), 8) };
+        assert_eq!(n, 8);
+    }
+
+    #[test]
+    fn v1_wake_up_after_the_cgroup_went_counts_an_episode_before_the_removal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, file) = v1_watch(dir.path());
+        // The episode and then the removal signalled before the shim woke.
+        signal(&w, 1);
+        signal(&w, 1);
+        fs::remove_file(&file).unwrap();
+        w.on_ready();
+        assert!(w.finish());
+    }
+
+    #[test]
+    fn v1_removal_alone_is_no_oom() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, file) = v1_watch(dir.path());
+        signal(&w, 1);
+        fs::remove_file(&file).unwrap();
+        w.on_ready();
+        assert!(!w.finish());
     }
 
     #[test]

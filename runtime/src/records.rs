@@ -257,7 +257,26 @@ pub struct SandboxRecord {
     pub network_error: Option<String>,
 }
 
+/// The fields of a `PodSandboxConfig` a listing shows, decoded alone (as [`ListedConfig`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListedPodConfig {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<crius_api::v1::PodSandboxMetadata>,
+    #[prost(map = "string, string", tag = "6")]
+    pub labels: HashMap<String, String>,
+    #[prost(map = "string, string", tag = "7")]
+    pub annotations: HashMap<String, String>,
+}
+
 impl SandboxRecord {
+    /// What a listing shows of the config ([`ListedPodConfig`]).
+    pub fn listed_config(&self) -> ListedPodConfig {
+        ListedPodConfig::decode(self.config.as_slice()).unwrap_or_else(|e| {
+            tracing::error!(pod = %self.id, "corrupt record: config does not decode ({e}); read as empty");
+            ListedPodConfig::default()
+        })
+    }
+
     pub fn config(&self) -> PodSandboxConfig {
         // The bytes were encoded by us from a decoded message; a failure means a corrupt
         // database, and an empty config is the least harmful reading of it, said in the log.
@@ -309,7 +328,31 @@ pub struct ContainerRecord {
     pub resources: Vec<u8>,
 }
 
+/// The fields of a `ContainerConfig` a listing shows, decoded alone from a record's config: the
+/// same field numbers, the rest (command, environment, mounts, security context) skipped
+/// unread. kubelet lists every container each second; decoding whole configs was most of a
+/// ListContainers with 500 of them.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListedConfig {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<crius_api::v1::ContainerMetadata>,
+    #[prost(message, optional, tag = "2")]
+    pub image: Option<crius_api::v1::ImageSpec>,
+    #[prost(map = "string, string", tag = "9")]
+    pub labels: HashMap<String, String>,
+    #[prost(map = "string, string", tag = "10")]
+    pub annotations: HashMap<String, String>,
+}
+
 impl ContainerRecord {
+    /// What a listing shows of the config ([`ListedConfig`]).
+    pub fn listed_config(&self) -> ListedConfig {
+        ListedConfig::decode(self.config.as_slice()).unwrap_or_else(|e| {
+            tracing::error!(container = %self.id, "corrupt record: config does not decode ({e}); read as empty");
+            ListedConfig::default()
+        })
+    }
+
     pub fn config(&self) -> ContainerConfig {
         // Encoded by us; a failure means a corrupt database (see SandboxRecord::config).
         ContainerConfig::decode(self.config.as_slice()).unwrap_or_else(|e| {
@@ -359,6 +402,69 @@ impl Released {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listed_config_has_the_fields_of_the_whole_one() {
+        use crius_api::v1::{ContainerMetadata, ImageSpec, KeyValue, Mount};
+        let whole = ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: "app".into(),
+                attempt: 3,
+            }),
+            image: Some(ImageSpec {
+                image: "sha256:abc".into(),
+                user_specified_image: "busybox".into(),
+                ..Default::default()
+            }),
+            command: vec!["sleep".into(), "1".into()],
+            envs: vec![KeyValue {
+                key: "A".into(),
+                value: "b".into(),
+            }],
+            mounts: vec![Mount {
+                container_path: "/data".into(),
+                ..Default::default()
+            }],
+            labels: HashMap::from([("l".into(), "1".into())]),
+            annotations: HashMap::from([("a".into(), "2".into())]),
+            log_path: "app.log".into(),
+            ..Default::default()
+        };
+        let listed = ListedConfig::decode(whole.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(listed.metadata, whole.metadata);
+        assert_eq!(listed.image, whole.image);
+        assert_eq!(listed.labels, whole.labels);
+        assert_eq!(listed.annotations, whole.annotations);
+    }
+
+    #[test]
+    fn a_listed_pod_config_has_the_fields_of_the_whole_one() {
+        use crius_api::v1::{DnsConfig, PodSandboxMetadata, PortMapping};
+        let whole = PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: "p".into(),
+                uid: "u".into(),
+                namespace: "n".into(),
+                attempt: 1,
+            }),
+            hostname: "h".into(),
+            dns_config: Some(DnsConfig {
+                servers: vec!["10.0.0.10".into()],
+                ..Default::default()
+            }),
+            port_mappings: vec![PortMapping {
+                container_port: 80,
+                ..Default::default()
+            }],
+            labels: HashMap::from([("l".into(), "1".into())]),
+            annotations: HashMap::from([("a".into(), "2".into())]),
+            ..Default::default()
+        };
+        let listed = ListedPodConfig::decode(whole.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(listed.metadata, whole.metadata);
+        assert_eq!(listed.labels, whole.labels);
+        assert_eq!(listed.annotations, whole.annotations);
+    }
 
     #[test]
     fn update_of_a_removed_record_does_not_bring_it_back() {

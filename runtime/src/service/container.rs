@@ -77,10 +77,8 @@ fn cri_state(s: State) -> ContainerState {
 }
 
 /// The container's image as it reports it, and its `image_ref`.
-fn image_spec(d: &Daemon, r: &ContainerRecord, config: &ContainerConfig) -> (ImageSpec, String) {
-    let (annotations, user_specified_image) = config
-        .image
-        .as_ref()
+fn image_spec(d: &Daemon, r: &ContainerRecord, image: Option<&ImageSpec>) -> (ImageSpec, String) {
+    let (annotations, user_specified_image) = image
         .map(|i| (i.annotations.clone(), i.user_specified_image.clone()))
         .unwrap_or_default();
     let shown = d.shown_image(r, &user_specified_image);
@@ -150,7 +148,7 @@ fn mounts_with_image_refs(
 
 pub(super) fn container_status(d: &Daemon, r: &ContainerRecord) -> ContainerStatus {
     let config = r.config();
-    let (image, image_ref) = image_spec(d, r, &config);
+    let (image, image_ref) = image_spec(d, r, config.image.as_ref());
     ContainerStatus {
         id: r.id.clone(),
         metadata: config.metadata.clone(),
@@ -188,7 +186,7 @@ pub(super) fn container_status(d: &Daemon, r: &ContainerRecord) -> ContainerStat
 /// Whether a container passes `f`; `pod` is the pod id `f.pod_sandbox_id` resolves to, if any.
 fn matches(
     r: &ContainerRecord,
-    config: &ContainerConfig,
+    labels: &std::collections::HashMap<String, String>,
     f: &ContainerFilter,
     pod: Option<&str>,
 ) -> bool {
@@ -199,7 +197,7 @@ fn matches(
         && f.state
             .as_ref()
             .is_none_or(|s| s.state == cri_state(r.state) as i32)
-        && super::labels_match(&f.label_selector, &config.labels)
+        && super::labels_match(&f.label_selector, labels)
 }
 
 fn list_items(d: &Daemon, filter: Option<ContainerFilter>) -> Vec<Container> {
@@ -215,11 +213,11 @@ fn list_items(d: &Daemon, filter: Option<ContainerFilter>) -> Vec<Container> {
         if r.state == State::Creating {
             return None;
         }
-        let config = r.config();
-        if !matches(r, &config, &filter, pod.as_deref()) {
+        let config = r.listed_config();
+        if !matches(r, &config.labels, &filter, pod.as_deref()) {
             return None;
         }
-        let (image, image_ref) = image_spec(d, r, &config);
+        let (image, image_ref) = image_spec(d, r, config.image.as_ref());
         Some(Container {
             id: r.id.clone(),
             pod_sandbox_id: r.sandbox_id.clone(),

@@ -135,12 +135,16 @@ fn verbose_info(r: &SandboxRecord) -> String {
     .to_string()
 }
 
-fn matches(r: &SandboxRecord, config: &PodSandboxConfig, f: &PodSandboxFilter) -> bool {
+fn matches(
+    r: &SandboxRecord,
+    labels: &std::collections::HashMap<String, String>,
+    f: &PodSandboxFilter,
+) -> bool {
     (f.id.is_empty() || r.id.starts_with(&f.id))
         && f.state
             .as_ref()
             .is_none_or(|s| s.state == cri_state(r.state) as i32)
-        && super::labels_match(&f.label_selector, &config.labels)
+        && super::labels_match(&f.label_selector, labels)
 }
 
 fn list_items(d: &Daemon, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {
@@ -150,8 +154,8 @@ fn list_items(d: &Daemon, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {
         if r.state == SandboxState::Creating {
             return None;
         }
-        let config = r.config();
-        matches(r, &config, &filter).then(|| PodSandbox {
+        let config = r.listed_config();
+        matches(r, &config.labels, &filter).then(|| PodSandbox {
             id: r.id.clone(),
             metadata: config.metadata,
             state: cri_state(r.state) as i32,
